@@ -1,0 +1,85 @@
+package vfs
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+)
+
+// WriteFileAtomic replaces name with data: it writes name+".tmp" (created
+// with perm, truncated), syncs and closes it, renames it over name and syncs
+// the parent directory. On return name holds data durably; a crash before
+// that leaves either the old name or the new one, never a mix. On error the
+// temporary file is removed (best effort) and name is untouched or already
+// replaced, but not known durable.
+func WriteFileAtomic(fsys FS, name string, data []byte, perm os.FileMode) (err error) {
+	tmp := name + ".tmp"
+	f, err := fsys.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, perm)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			_ = fsys.Remove(tmp)
+		}
+	}()
+	if _, err = f.WriteAt(data, 0); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		_ = f.Close()
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = fsys.Rename(tmp, name); err != nil {
+		return err
+	}
+	return fsys.SyncDir(filepath.Dir(name))
+}
+
+// ReadFile returns the whole content of name. It allocates the file's size
+// as reported by the file system; callers reading untrusted large files
+// should bound it with Stat first.
+func ReadFile(fsys FS, name string) (b []byte, err error) {
+	f, err := fsys.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	size, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	if size < 0 || size != int64(int(size)) {
+		return nil, fmt.Errorf("vfs: %s: bad size %d", name, size)
+	}
+	b = make([]byte, size)
+	n, err := f.ReadAt(b, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return b[:n], nil
+}
+
+// Exists reports whether name exists. Errors other than "not exist" are
+// returned.
+func Exists(fsys FS, name string) (bool, error) {
+	_, _, err := fsys.Stat(name)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	}
+	return false, err
+}
