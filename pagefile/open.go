@@ -1,0 +1,342 @@
+package pagefile
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/kdb-project/kdb/internal/vfs"
+)
+
+// opener carries the state of one Open.
+type opener struct {
+	f   *File
+	dir string
+	rep *Report
+	hdr fileHeader
+}
+
+func (o *opener) open() error {
+	f, rep := o.f, o.rep
+	start := time.Now()
+	defer func() { rep.TotalDuration = time.Since(start) }()
+
+	exists, err := vfs.Exists(f.fs, f.dataName)
+	if err != nil {
+		return fmt.Errorf("pagefile: stat %s: %w", f.dataName, err)
+	}
+	if !exists {
+		if f.opts.ReadOnly {
+			return fmt.Errorf("pagefile: open %s read-only: %w", f.dataName, os.ErrNotExist)
+		}
+		if err := o.create(); err != nil {
+			return err
+		}
+		rep.Created = true
+	}
+
+	// Header and meta slots.
+	flag := os.O_RDWR
+	if f.opts.ReadOnly {
+		flag = os.O_RDONLY
+	}
+	if f.data, err = f.fs.OpenFile(f.dataName, flag, 0o600); err != nil {
+		return fmt.Errorf("pagefile: open %s: %w", f.dataName, err)
+	}
+	if f.dataSize, err = f.data.Size(); err != nil {
+		return fmt.Errorf("pagefile: size of %s: %w", f.dataName, err)
+	}
+	hb := make([]byte, hdrSize)
+	if err := readFull(f.data, hb, 0); err != nil {
+		return fmt.Errorf("%w: %s@0: reading the header: %w", ErrCorrupt, f.dataName, err)
+	}
+	if o.hdr, err = decodeHeader(hb, f.dataName); err != nil {
+		return err
+	}
+	f.pageSize, f.storeID = o.hdr.pageSize, o.hdr.storeID
+	meta, slot, err := o.readMeta()
+	if err != nil {
+		return err
+	}
+	rep.MetaDuration = time.Since(start)
+
+	// db.redo.
+	t := time.Now()
+	if meta, slot, err = o.redo(meta, slot); err != nil {
+		return err
+	}
+	rep.MetaSlot, rep.MetaSeq, rep.MetaID = slot, meta.Seq, meta.ID
+	rep.RedoDuration = time.Since(t)
+	if !f.opts.ReadOnly && f.dataSize < int64(meta.PageCount)*int64(f.pageSize) {
+		return fmt.Errorf("%w: %s: size %d < page count %d * page size %d", ErrCorrupt, f.dataName, f.dataSize, meta.PageCount, f.pageSize)
+	}
+	f.mu.meta = meta
+	f.mu.pageCount = PageID(meta.PageCount)
+	f.mu.dirty = make(map[PageID]*dirtyPage)
+	f.mu.unwritten = make(map[PageID]struct{})
+
+	// The free list.
+	t = time.Now()
+	switch {
+	case rep.Created:
+		f.mu.free = newFreeList()
+		rep.FreeListPath = FreeListCreated
+	case f.opts.ForceScan:
+		rep.Reason = "forced"
+	default:
+		f.mu.free, rep.Reason = o.loadFreeFile(meta)
+	}
+	if f.mu.free == nil {
+		rep.FreeListPath = FreeListScanned
+		if f.mu.free, err = o.scan(meta); err != nil {
+			return err
+		}
+	} else if rep.FreeListPath == "" {
+		rep.FreeListPath = FreeListTrusted
+	}
+	rep.FreeListDuration = time.Since(t)
+	rep.FreePages = f.mu.free.count()
+
+	// The read mapping.
+	f.mu.view = f.mapData()
+	if rep.FreeListPath == FreeListScanned {
+		// The scan verified every page below the page count.
+		for id := FirstDataPage; id < f.mu.pageCount && int64(id+1)*int64(f.pageSize) <= int64(len(f.mu.view.mm)); id++ {
+			f.mu.view.setVerified(id)
+		}
+	}
+	return nil
+}
+
+// mapData maps db.data read-only, or returns a ReadAt view when the FS
+// cannot map (MemFS) or mapping fails.
+func (f *File) mapData() *view {
+	if f.dataSize == 0 {
+		return newView(nil, f.pageSize)
+	}
+	mm, err := f.data.Mmap(f.dataSize)
+	if err != nil {
+		if !errors.Is(err, vfs.ErrMmapUnsupported) {
+			f.opts.Logger.Warn("pagefile: mmap failed; reading with ReadAt", "file", f.dataName, "err", err)
+		}
+		return newView(nil, f.pageSize)
+	}
+	return newView(mm, f.pageSize)
+}
+
+// create writes a new empty store: db.data (header and meta slot 0 at
+// checkpoint 0) and a matching db.free, each atomically. On return both are
+// durable.
+func (o *opener) create() error {
+	f := o.f
+	if err := f.fs.MkdirAll(o.dir, 0o750); err != nil {
+		return fmt.Errorf("pagefile: create %s: %w", o.dir, err)
+	}
+	if err := f.fs.SyncDir(filepath.Dir(filepath.Clean(o.dir))); err != nil {
+		return fmt.Errorf("pagefile: create %s: %w", o.dir, err)
+	}
+	ps := f.opts.PageSize
+	h := fileHeader{pageSize: ps}
+	_, _ = rand.Read(h.storeID[:])
+	meta := Meta{ID: newCheckpointID(0), PageSize: uint32(ps), PageCount: uint64(FirstDataPage)}
+	buf := make([]byte, int(FirstDataPage)*ps)
+	encodeHeader(buf, h)
+	encodeMeta(buf[metaSlotPage*ps:(metaSlotPage+1)*ps], &meta, h.storeID)
+	if err := vfs.WriteFileAtomic(f.fs, f.dataName, buf, 0o600); err != nil {
+		return fmt.Errorf("pagefile: create %s: %w", f.dataName, err)
+	}
+	free := encodeFreeFile(h.storeID, meta.ID, meta.PageCount, newFreeList())
+	if err := vfs.WriteFileAtomic(f.fs, f.freeName, free, 0o600); err != nil {
+		return fmt.Errorf("pagefile: create %s: %w", f.freeName, err)
+	}
+	return nil
+}
+
+// readMeta reads both meta slots and returns the newest intact one.
+func (o *opener) readMeta() (Meta, int, error) {
+	f := o.f
+	var best Meta
+	bestSlot := -1
+	var errs []error
+	buf := make([]byte, f.pageSize)
+	for s := 0; s < numMetaSlots; s++ {
+		off := int64(metaSlotPage+s) * int64(f.pageSize)
+		if err := readFull(f.data, buf, off); err != nil {
+			errs = append(errs, fmt.Errorf("%w: %s@%d: meta slot %d: %w", ErrCorrupt, f.dataName, off, s, err))
+			continue
+		}
+		m, err := decodeMeta(buf, s, o.hdr, f.dataName, off)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if bestSlot < 0 || m.Seq > best.Seq {
+			best, bestSlot = m, s
+		}
+	}
+	if bestSlot < 0 {
+		return Meta{}, 0, fmt.Errorf("no intact meta slot: %w", errors.Join(errs...))
+	}
+	return best, bestSlot, nil
+}
+
+// redo applies a complete db.redo at least as new as meta (overlays it when
+// ReadOnly) and returns the resulting meta and slot.
+func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
+	f, rep := o.f, o.rep
+	flag := os.O_RDWR | os.O_CREATE
+	if f.opts.ReadOnly {
+		flag = os.O_RDONLY
+	}
+	existed, err := vfs.Exists(f.fs, f.redoName)
+	if err != nil {
+		return meta, slot, fmt.Errorf("pagefile: stat %s: %w", f.redoName, err)
+	}
+	if !existed && f.opts.ReadOnly {
+		return meta, slot, nil
+	}
+	r, err := f.fs.OpenFile(f.redoName, flag, 0o600)
+	if err != nil {
+		return meta, slot, fmt.Errorf("pagefile: open %s: %w", f.redoName, err)
+	}
+	if f.opts.ReadOnly {
+		defer r.Close()
+	} else {
+		f.redo = r
+		f.mu.redoDirSync = !existed
+	}
+	size, err := r.Size()
+	if err != nil {
+		return meta, slot, fmt.Errorf("pagefile: size of %s: %w", f.redoName, err)
+	}
+	if size == 0 {
+		return meta, slot, nil
+	}
+	h, err := decodeRedo(r, size, f.redoName)
+	if errors.Is(err, errRedoIncomplete) {
+		rep.RedoIgnored = err.Error()
+		return meta, slot, nil
+	}
+	if err != nil {
+		return meta, slot, err
+	}
+	switch {
+	case h.storeID != f.storeID:
+		rep.RedoIgnored = fmt.Sprintf("db.redo store ID %x != db.data %x", h.storeID, f.storeID)
+	case h.pageSize != f.pageSize:
+		rep.RedoIgnored = fmt.Sprintf("db.redo page size %d != db.data %d", h.pageSize, f.pageSize)
+	case h.id.Seq < meta.Seq:
+		rep.RedoIgnored = fmt.Sprintf("db.redo checkpoint %v older than meta %v", h.id, meta.ID)
+	case h.id.Seq == meta.Seq && h.id != meta.ID:
+		rep.RedoIgnored = fmt.Sprintf("db.redo checkpoint %v != meta %v", h.id, meta.ID)
+	}
+	if rep.RedoIgnored != "" {
+		f.opts.Logger.Warn("pagefile: db.redo ignored", "reason", rep.RedoIgnored)
+		return meta, slot, nil
+	}
+	newMeta, err := o.applyRedo(r, &h)
+	if err != nil {
+		return meta, slot, err
+	}
+	rep.RedoApplied, rep.RedoPages = true, len(h.positions)
+	return newMeta, int(newMeta.Seq % numMetaSlots), nil
+}
+
+// applyRedo checks every image of the batch and writes the ones that differ
+// from db.data in place, then syncs db.data; when ReadOnly it keeps them in
+// f.mu.overlay instead. It returns the batch's meta.
+func (o *opener) applyRedo(r vfs.File, h *redoHeader) (Meta, error) {
+	f := o.f
+	ps := f.pageSize
+	var meta Meta
+	img := make([]byte, ps)
+	cur := make([]byte, ps)
+	wrote := false
+	for i, pos := range h.positions {
+		roff := h.imageOffset(i)
+		if err := readFull(r, img, roff); err != nil {
+			return Meta{}, fmt.Errorf("pagefile: read %s@%d: %w", f.redoName, roff, err)
+		}
+		if pos < uint64(FirstDataPage) {
+			m, err := decodeMeta(img, int(pos-metaSlotPage), o.hdr, f.redoName, roff)
+			if err != nil {
+				return Meta{}, err
+			}
+			if m.ID != h.id || m.PageCount != h.pageCount {
+				return Meta{}, fmt.Errorf("%w: %s@%d: meta image %v, page count %d != batch %v, %d", ErrCorrupt, f.redoName, roff, m.ID, m.PageCount, h.id, h.pageCount)
+			}
+			meta = m
+		} else if _, err := decodePage(img, PageID(pos), f.redoName, roff); err != nil {
+			return Meta{}, err
+		}
+		doff := int64(pos) * int64(ps)
+		if f.opts.ReadOnly {
+			if pos >= uint64(FirstDataPage) {
+				if f.mu.overlay == nil {
+					f.mu.overlay = make(map[PageID][]byte)
+				}
+				f.mu.overlay[PageID(pos)] = bytes.Clone(img)
+			}
+			continue
+		}
+		if doff+int64(ps) <= f.dataSize {
+			if err := readFull(f.data, cur, doff); err != nil {
+				return Meta{}, fmt.Errorf("pagefile: read %s@%d: %w", f.dataName, doff, err)
+			}
+			if bytes.Equal(cur, img) {
+				continue
+			}
+		}
+		if _, err := f.data.WriteAt(img, doff); err != nil {
+			return Meta{}, fmt.Errorf("pagefile: apply %s to %s@%d: %w", f.redoName, f.dataName, doff, err)
+		}
+		wrote = true
+		f.dataSize = max(f.dataSize, doff+int64(ps))
+	}
+	if !f.opts.ReadOnly {
+		// Sync even when nothing differed: equal bytes may sit unsynced in
+		// the page cache after a process crash.
+		_ = wrote
+		if err := f.data.Sync(); err != nil {
+			return Meta{}, fmt.Errorf("pagefile: sync %s after applying %s: %w", f.dataName, f.redoName, err)
+		}
+	}
+	return meta, nil
+}
+
+// loadFreeFile reads db.free and returns the free list if it can be
+// trusted for meta, else nil and the reason.
+func (o *opener) loadFreeFile(meta Meta) (*freeList, string) {
+	f := o.f
+	size, _, err := f.fs.Stat(f.freeName)
+	if err != nil {
+		if isNotExist(err) {
+			return nil, "db.free missing"
+		}
+		return nil, fmt.Sprintf("db.free: %v", err)
+	}
+	// A trustworthy db.free holds at most one range per two pages.
+	if limit := int64(freeHeaderSize) + int64(freeRangeSize)*int64(meta.PageCount/2+1); size > limit {
+		return nil, fmt.Sprintf("db.free size %d exceeds %d for page count %d", size, limit, meta.PageCount)
+	}
+	b, err := vfs.ReadFile(f.fs, f.freeName)
+	if err != nil {
+		return nil, fmt.Sprintf("db.free: %v", err)
+	}
+	ff, err := decodeFreeFile(b, f.freeName)
+	switch {
+	case err != nil:
+		return nil, err.Error()
+	case ff.storeID != f.storeID:
+		return nil, fmt.Sprintf("db.free store ID %x != db.data %x", ff.storeID, f.storeID)
+	case ff.id != meta.ID:
+		return nil, fmt.Sprintf("db.free checkpoint %v != meta %v", ff.id, meta.ID)
+	case ff.pageCount != meta.PageCount:
+		return nil, fmt.Sprintf("db.free page count %d != meta %d", ff.pageCount, meta.PageCount)
+	}
+	return ff.toFreeList(), ""
+}

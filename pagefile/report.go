@@ -1,0 +1,35 @@
+package pagefile
+
+import "time"
+
+// Free-list paths of a Report.
+const (
+	FreeListTrusted = "trusted" // db.free intact and matching the meta
+	FreeListScanned = "scanned" // rebuilt by a scan of every page header
+	FreeListCreated = "created" // a new store
+)
+
+// Report says what Open did: which meta slot won, whether db.redo was
+// applied, which free-list path was taken and why, and how long each phase
+// took.
+type Report struct {
+	Created bool // Open created a new store
+
+	MetaSlot int          // the meta slot that won (0 or 1), after redo
+	MetaSeq  uint64       // its sequence
+	MetaID   CheckpointID // its checkpoint ID
+
+	RedoApplied bool   // a complete db.redo at least as new as the meta was applied (or overlaid, ReadOnly)
+	RedoPages   int    // page images in it, the meta slot image included
+	RedoIgnored string // why a present db.redo was not applied ("" if applied or empty)
+
+	FreeListPath string // FreeListTrusted, FreeListScanned or FreeListCreated
+	Reason       string // why the scan was taken ("" when trusted or created)
+	PagesScanned uint64 // page headers read by the scan
+	FreePages    uint64 // pages on the free list after Open
+
+	MetaDuration     time.Duration // header and meta slots
+	RedoDuration     time.Duration // reading (and applying) db.redo
+	FreeListDuration time.Duration // loading db.free or scanning
+	TotalDuration    time.Duration
+}

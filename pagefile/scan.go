@@ -1,0 +1,63 @@
+package pagefile
+
+import (
+	"fmt"
+)
+
+// scanChunk is how many bytes of db.data the scan reads at once.
+const scanChunk = 4 << 20
+
+// scan rebuilds the free list by one sequential pass over every page in
+// [FirstDataPage, meta.PageCount), verifying each page's checksum and ID:
+// PageFree pages are free, every other type is in use. A damaged page is
+// ErrCorrupt naming the page and its offset.
+//
+// It runs inside Open, before the File is shared.
+func (o *opener) scan(meta Meta) (*freeList, error) {
+	f := o.f
+	ps := int64(f.pageSize)
+	n := PageID(meta.PageCount)
+	l := newFreeList()
+	var run Range
+	flush := func() {
+		if run.Len > 0 {
+			l.t.ReplaceOrInsert(run)
+			l.total += run.Len
+			run = Range{}
+		}
+	}
+	per := PageID(max(1, scanChunk/ps))
+	buf := make([]byte, int64(min(per, n))*ps)
+	for id := FirstDataPage; id < n; id += per {
+		k := min(per, n-id)
+		chunk := buf[:int64(k)*ps]
+		off := int64(id) * ps
+		if err := readFull(f.data, chunk, off); err != nil && len(f.mu.overlay) == 0 {
+			return nil, fmt.Errorf("%w: %s@%d: scanning %v..%d: %w", ErrCorrupt, f.dataName, off, id, uint64(id+k), err)
+		}
+		for j := PageID(0); j < k; j++ {
+			pid := id + j
+			b := chunk[int64(j)*ps : int64(j+1)*ps]
+			boff := off + int64(j)*ps
+			name := f.dataName
+			if img := f.mu.overlay[pid]; img != nil {
+				b, name = img, f.redoName
+			}
+			h, err := decodePage(b, pid, name, boff)
+			if err != nil {
+				return nil, err
+			}
+			o.rep.PagesScanned++
+			if h.typ == PageFree {
+				if run.Len > 0 && run.End() == pid {
+					run.Len++
+				} else {
+					flush()
+					run = Range{Start: pid, Len: 1}
+				}
+			}
+		}
+	}
+	flush()
+	return l, nil
+}
