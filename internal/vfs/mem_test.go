@@ -1,0 +1,559 @@
+package vfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path"
+	"sync"
+	"testing"
+)
+
+// dump returns every file of m (visible namespace) by path, and every
+// directory as "<dir>".
+func dump(t *testing.T, m *MemFS) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	var walk func(dir string)
+	walk = func(dir string) {
+		names, err := m.ReadDir(dir)
+		if err != nil {
+			t.Fatalf("ReadDir %s: %v", dir, err)
+		}
+		for _, n := range names {
+			p := path.Join(dir, n)
+			if _, isDir, err := m.Stat(p); err != nil {
+				t.Fatal(err)
+			} else if isDir {
+				out[p] = "<dir>"
+				walk(p)
+			} else {
+				out[p] = string(readAll(t, m, p))
+			}
+		}
+	}
+	walk("/")
+	return out
+}
+
+// create writes data to a new file name and syncs it (not its directory).
+func create(t *testing.T, m FS, name string, data []byte) File {
+	t.Helper()
+	f := mustOpen(t, m, name, os.O_RDWR|os.O_CREATE|os.O_TRUNC)
+	mustWrite(t, f, data, 0)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+func mustSyncDir(t *testing.T, m FS, dir string) {
+	t.Helper()
+	if err := m.SyncDir(dir); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func exists(t *testing.T, m FS, name string) bool {
+	t.Helper()
+	ok, err := Exists(m, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func TestMemFS_SyncedFileWithoutSyncDirVanishes(t *testing.T) {
+	m := NewMem()
+	mustClose(t, create(t, m, "a", []byte("data")))
+	if img := m.CrashClone(CrashOptions{KeepUnsynced: 1}); exists(t, img, "a") {
+		t.Fatal("a file whose directory was never synced survived a crash")
+	}
+	mustSyncDir(t, m, ".")
+	img := m.CrashClone(CrashOptions{})
+	if got := readAll(t, img, "a"); string(got) != "data" {
+		t.Fatalf("after SyncDir: a = %q, want data", got)
+	}
+}
+
+func TestMemFS_DirectoryNotSyncedVanishes(t *testing.T) {
+	m := NewMem()
+	if err := m.MkdirAll("db/sub", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, create(t, m, "db/sub/f", []byte("x")))
+	mustSyncDir(t, m, "db/sub")
+	mustSyncDir(t, m, "db")
+	// "db" itself is not durable in the root yet: the whole subtree goes.
+	if img := m.CrashClone(CrashOptions{KeepUnsynced: 1}); exists(t, img, "db") {
+		t.Fatal("db survived without SyncDir of its parent")
+	}
+	mustSyncDir(t, m, "/")
+	if got := readAll(t, m.CrashClone(CrashOptions{}), "db/sub/f"); string(got) != "x" {
+		t.Fatalf("db/sub/f = %q", got)
+	}
+}
+
+func TestMemFS_RenameWithoutSyncDirReverts(t *testing.T) {
+	m := NewMem()
+	mustClose(t, create(t, m, "old", []byte("v1")))
+	mustSyncDir(t, m, ".")
+	if err := m.Rename("old", "new"); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"/old": "v1"}
+	if got := dump(t, m.CrashClone(CrashOptions{KeepUnsynced: 1})); !maps.Equal(got, want) {
+		t.Fatalf("crash image after unsynced rename = %v, want %v", got, want)
+	}
+	mustSyncDir(t, m, ".")
+	want = map[string]string{"/new": "v1"}
+	if got := dump(t, m.CrashClone(CrashOptions{})); !maps.Equal(got, want) {
+		t.Fatalf("crash image after synced rename = %v, want %v", got, want)
+	}
+}
+
+func TestMemFS_RemoveWithoutSyncDirReverts(t *testing.T) {
+	m := NewMem()
+	f := create(t, m, "a", []byte("v1"))
+	mustSyncDir(t, m, ".")
+	if err := m.Remove("a"); err != nil {
+		t.Fatal(err)
+	}
+	// The open handle still reaches the inode; its synced writes are durable
+	// for the name that survives the crash.
+	mustWrite(t, f, []byte("v2"), 0)
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, f)
+	if got := dump(t, m.CrashClone(CrashOptions{})); got["/a"] != "v2" {
+		t.Fatalf("crash image after unsynced remove = %v, want a=v2", got)
+	}
+	mustSyncDir(t, m, ".")
+	if got := dump(t, m.CrashClone(CrashOptions{KeepUnsynced: 1})); len(got) != 0 {
+		t.Fatalf("crash image after synced remove = %v, want empty", got)
+	}
+}
+
+func TestMemFS_AtomicReplace(t *testing.T) {
+	m := NewMem()
+	if err := WriteFileAtomic(m, "db.free", []byte("gen1"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileAtomic(m, "db.free", []byte("gen2"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]string{"/db.free": "gen2"}
+	if got := dump(t, m.CrashClone(CrashOptions{})); !maps.Equal(got, want) {
+		t.Fatalf("crash image = %v, want %v", got, want)
+	}
+}
+
+// page returns 4096 bytes of b.
+func page(b byte) []byte { return bytes.Repeat([]byte{b}, 4096) }
+
+// sectors classifies each 512-byte sector of got as 'o' (all old), 'n' (all
+// new) or 'g' (anything else).
+func sectors(got, old, new []byte) string {
+	var s []byte
+	for i := 0; i < len(got); i += SectorSize {
+		switch g := got[i : i+SectorSize]; {
+		case bytes.Equal(g, old[i:i+SectorSize]):
+			s = append(s, 'o')
+		case bytes.Equal(g, new[i:i+SectorSize]):
+			s = append(s, 'n')
+		default:
+			s = append(s, 'g')
+		}
+	}
+	return string(s)
+}
+
+// unsyncedRewrite returns a MemFS where "p" durably holds page(1) and an
+// unsynced WriteAt has rewritten it with page(2).
+func unsyncedRewrite(t *testing.T) *MemFS {
+	m := NewMem()
+	f := create(t, m, "p", page(1))
+	mustSyncDir(t, m, ".")
+	mustWrite(t, f, page(2), 0)
+	mustClose(t, f)
+	return m
+}
+
+func TestMemFS_TornPageRewrite(t *testing.T) {
+	m := unsyncedRewrite(t)
+	patterns := map[string]int{}
+	for seed := range int64(64) {
+		got := readAll(t, m.CrashClone(CrashOptions{KeepUnsynced: 0.5, Seed: seed}), "p")
+		s := sectors(got, page(1), page(2))
+		if bytes.ContainsRune([]byte(s), 'g') {
+			t.Fatalf("seed %d: a sector is neither old nor new: %s", seed, s)
+		}
+		patterns[s]++
+		// Same seed, same image.
+		again := readAll(t, m.CrashClone(CrashOptions{KeepUnsynced: 0.5, Seed: seed}), "p")
+		if !bytes.Equal(got, again) {
+			t.Fatalf("seed %d: CrashClone is not deterministic", seed)
+		}
+	}
+	torn := 0
+	for s := range patterns {
+		if s != "oooooooo" && s != "nnnnnnnn" {
+			torn++
+		}
+	}
+	if torn == 0 || len(patterns) < 10 {
+		t.Fatalf("64 seeds gave %d patterns, %d torn: %v", len(patterns), torn, patterns)
+	}
+	if got := readAll(t, m, "p"); !bytes.Equal(got, page(2)) {
+		t.Fatal("CrashClone changed the original")
+	}
+	// The extremes are exact.
+	if got := readAll(t, m.CrashClone(CrashOptions{}), "p"); !bytes.Equal(got, page(1)) {
+		t.Fatal("KeepUnsynced=0 kept unsynced bytes")
+	}
+	if got := readAll(t, m.CrashClone(CrashOptions{KeepUnsynced: 1}), "p"); !bytes.Equal(got, page(2)) {
+		t.Fatal("KeepUnsynced=1 dropped unsynced bytes")
+	}
+}
+
+func TestMemFS_SectorsAreFileAligned(t *testing.T) {
+	m := NewMem()
+	f := create(t, m, "p", page(1))
+	mustSyncDir(t, m, ".")
+	// An unaligned write over [100, 1100) touches sectors 0, 1 and 2; each
+	// part is kept or dropped whole.
+	mustWrite(t, f, bytes.Repeat([]byte{2}, 1000), 100)
+	for seed := range int64(32) {
+		got := readAll(t, m.CrashClone(CrashOptions{KeepUnsynced: 0.5, Seed: seed}), "p")
+		for _, r := range [][2]int{{100, 512}, {512, 1024}, {1024, 1100}} {
+			part := got[r[0]:r[1]]
+			if !bytes.Equal(part, bytes.Repeat([]byte{1}, len(part))) && !bytes.Equal(part, bytes.Repeat([]byte{2}, len(part))) {
+				t.Fatalf("seed %d: bytes [%d,%d) are mixed", seed, r[0], r[1])
+			}
+		}
+		if !bytes.Equal(got[:100], page(1)[:100]) || !bytes.Equal(got[1100:], page(1)[1100:]) {
+			t.Fatalf("seed %d: bytes outside the write changed", seed)
+		}
+	}
+}
+
+func TestMemFS_GarbageSectors(t *testing.T) {
+	m := unsyncedRewrite(t)
+	got := readAll(t, m.CrashClone(CrashOptions{GarbageUnsynced: 1, Seed: 1}), "p")
+	if s := sectors(got, page(1), page(2)); s != "gggggggg" {
+		t.Fatalf("GarbageUnsynced=1: sectors %s, want all garbage", s)
+	}
+	counts := map[byte]int{}
+	for seed := range int64(32) {
+		got := readAll(t, m.CrashClone(CrashOptions{KeepUnsynced: 0.4, GarbageUnsynced: 0.3, Seed: seed}), "p")
+		for _, c := range []byte(sectors(got, page(1), page(2))) {
+			counts[c]++
+		}
+	}
+	if counts['o'] == 0 || counts['n'] == 0 || counts['g'] == 0 {
+		t.Fatalf("keep 0.4 garbage 0.3 over 32 seeds: sector kinds %v, want all three", counts)
+	}
+}
+
+func TestMemFS_SyncedDataAlwaysSurvives(t *testing.T) {
+	for seed := range int64(20) {
+		rng := rand.New(rand.NewPCG(uint64(seed), 1))
+		m := NewMem()
+		synced := make([]byte, 10000)
+		for i := range synced {
+			synced[i] = byte(rng.Uint32())
+		}
+		f := create(t, m, "a", synced)
+		mustSyncDir(t, m, ".")
+		// Unsynced appends and writes to another file; none touch a[:10000].
+		for range 20 {
+			mustWrite(t, f, make([]byte, rng.IntN(3000)+1), 10000+rng.Int64N(5000))
+		}
+		g := create(t, m, "b", []byte("b"))
+		mustWrite(t, g, make([]byte, 5000), 0)
+		img := m.CrashClone(CrashOptions{KeepUnsynced: 0.3, GarbageUnsynced: 0.5, Seed: seed})
+		got := readAll(t, img, "a")
+		if len(got) < len(synced) || !bytes.Equal(got[:len(synced)], synced) {
+			t.Fatalf("seed %d: synced bytes of a changed in the crash image", seed)
+		}
+		mustClose(t, f)
+		mustClose(t, g)
+	}
+}
+
+func TestMemFS_SizeChangesWhole(t *testing.T) {
+	m := NewMem()
+	f := create(t, m, "a", page(1))
+	mustSyncDir(t, m, ".")
+	if err := f.Truncate(100); err != nil {
+		t.Fatal(err)
+	}
+	sizes := map[int]bool{}
+	for seed := range int64(32) {
+		sizes[len(readAll(t, m.CrashClone(CrashOptions{KeepUnsynced: 0.5, Seed: seed}), "a"))] = true
+	}
+	if len(sizes) != 2 || !sizes[100] || !sizes[4096] {
+		t.Fatalf("sizes after an unsynced truncate: %v, want exactly {100, 4096}", sizes)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Allocate(0, 8192); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(readAll(t, m.CrashClone(CrashOptions{}), "a")); got != 100 {
+		t.Fatalf("unsynced Allocate kept with KeepUnsynced=0: size %d", got)
+	}
+	if got := len(readAll(t, m.CrashClone(CrashOptions{KeepUnsynced: 1}), "a")); got != 8192 {
+		t.Fatalf("unsynced Allocate dropped with KeepUnsynced=1: size %d", got)
+	}
+	mustClose(t, f)
+}
+
+func TestMemFS_OTruncUnsynced(t *testing.T) {
+	m := NewMem()
+	mustClose(t, create(t, m, "a", []byte("old content")))
+	mustSyncDir(t, m, ".")
+	f := mustOpen(t, m, "a", os.O_RDWR|os.O_TRUNC)
+	mustWrite(t, f, []byte("new"), 0)
+	mustClose(t, f)
+	if got := readAll(t, m, "a"); string(got) != "new" {
+		t.Fatalf("view = %q", got)
+	}
+	if got := readAll(t, m.CrashClone(CrashOptions{}), "a"); string(got) != "old content" {
+		t.Fatalf("crash image = %q, want the old content", got)
+	}
+}
+
+func TestMemFS_DropUnsynced(t *testing.T) {
+	m := NewMem()
+	f := create(t, m, "a", []byte("synced"))
+	mustSyncDir(t, m, ".")
+	mustWrite(t, f, []byte("UNSYNCED-AND-LONGER"), 0)
+	m.DropUnsynced("a")
+	if got := readAll(t, m, "a"); string(got) != "synced" {
+		t.Fatalf("after DropUnsynced view = %q", got)
+	}
+	if got := readAll(t, m.CrashClone(CrashOptions{KeepUnsynced: 1}), "a"); string(got) != "synced" {
+		t.Fatalf("after DropUnsynced crash image = %q", got)
+	}
+	m.DropUnsynced("missing") // no-op
+	mustClose(t, f)
+}
+
+func TestMemFS_CloneIsExact(t *testing.T) {
+	m := NewMem()
+	if err := m.MkdirAll("d", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mustSyncDir(t, m, ".")
+	f := create(t, m, "d/a", page(1))
+	mustSyncDir(t, m, "d")
+	mustWrite(t, f, page(2), 2048)
+	mustClose(t, create(t, m, "d/b", []byte("b")))
+	c := m.Clone()
+	if got, want := dump(t, c), dump(t, m); !maps.Equal(got, want) {
+		t.Fatal("Clone view differs")
+	}
+	o := CrashOptions{KeepUnsynced: 0.5, GarbageUnsynced: 0.2, Seed: 7}
+	if got, want := dump(t, c.CrashClone(o)), dump(t, m.CrashClone(o)); !maps.Equal(got, want) {
+		t.Fatalf("Clone().CrashClone differs: %v vs %v", got, want)
+	}
+	// Independent: writing to the clone leaves m alone.
+	g := mustOpen(t, c, "d/b", os.O_RDWR)
+	mustWrite(t, g, []byte("changed"), 0)
+	mustClose(t, g)
+	if got := readAll(t, m, "d/b"); string(got) != "b" {
+		t.Fatalf("writing to the clone changed m: %q", got)
+	}
+	mustClose(t, f)
+}
+
+func TestMemFS_Locks(t *testing.T) {
+	m := NewMem()
+	l, err := m.Lock("lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSyncDir(t, m, ".")
+	img := m.CrashClone(CrashOptions{})
+	l2, err := img.Lock("lock")
+	if err != nil {
+		t.Fatalf("a crash image holds a lock: %v", err)
+	}
+	mustClose(t, l2)
+	if _, err := m.Lock("./lock"); !errors.Is(err, ErrLocked) {
+		t.Fatalf("same path, other spelling: %v, want ErrLocked", err)
+	}
+	mustClose(t, l)
+}
+
+func TestMemFS_Mmap(t *testing.T) {
+	m := NewMem()
+	f := create(t, m, "a", page(1))
+	if _, err := f.Mmap(4096); !errors.Is(err, ErrMmapUnsupported) {
+		t.Fatalf("Mmap: %v, want ErrMmapUnsupported", err)
+	}
+	mustClose(t, f)
+}
+
+func TestMemFS_Errors(t *testing.T) {
+	m := NewMem()
+	mustClose(t, create(t, m, "file", nil))
+	if err := m.MkdirAll("d", 0o700); err != nil {
+		t.Fatal(err)
+	}
+	ro := mustOpen(t, m, "file", os.O_RDONLY)
+	defer mustClose(t, ro)
+	tests := []struct {
+		name string
+		err  error
+	}{
+		{"open dir", func() error { _, err := m.OpenFile("d", os.O_RDWR, 0); return err }()},
+		{"file as dir", func() error { _, err := m.OpenFile("file/x", os.O_RDWR|os.O_CREATE, 0o600); return err }()},
+		{"mkdir over file", m.MkdirAll("file/x", 0o700)},
+		{"write read-only", func() error { _, err := ro.WriteAt([]byte("x"), 0); return err }()},
+		{"negative offset", func() error { _, err := ro.ReadAt(make([]byte, 1), -1); return err }()},
+		{"too large", func() error {
+			f := mustOpen(t, m, "big", os.O_RDWR|os.O_CREATE)
+			defer mustClose(t, f)
+			_, err := f.WriteAt([]byte("x"), MemMaxFileSize)
+			return err
+		}()},
+		{"escape root", func() error { _, _, err := m.Stat("../x"); return err }()},
+		{"rename dir into itself", m.Rename("d", "d/e")},
+	}
+	for _, tt := range tests {
+		if tt.err == nil {
+			t.Errorf("%s: no error", tt.name)
+		}
+		var pe *fs.PathError
+		var le *os.LinkError
+		if !errors.As(tt.err, &pe) && !errors.As(tt.err, &le) {
+			t.Errorf("%s: %v is not a *fs.PathError or *os.LinkError", tt.name, tt.err)
+		}
+	}
+}
+
+// TestMemFS_SyncMatchesModel checks the incremental Sync against a model
+// that copies the whole file at each sync: random writes, truncates,
+// allocates and syncs; after each step the KeepUnsynced=0 image must equal
+// the model's synced bytes and the KeepUnsynced=1 image the model's view.
+func TestMemFS_SyncMatchesModel(t *testing.T) {
+	steps := 300
+	if testing.Short() {
+		steps = 100
+	}
+	rng := rand.New(rand.NewPCG(42, 42))
+	m := NewMem()
+	f := create(t, m, "a", nil)
+	mustSyncDir(t, m, ".")
+	var view, synced []byte
+	for i := range steps {
+		switch r := rng.IntN(10); {
+		case r < 5:
+			p := make([]byte, rng.IntN(2000)+1)
+			for j := range p {
+				p[j] = byte(rng.Uint32())
+			}
+			off := rng.Int64N(int64(len(view)) + 1000)
+			mustWrite(t, f, p, off)
+			if end := off + int64(len(p)); end > int64(len(view)) {
+				view = append(view, make([]byte, end-int64(len(view)))...)
+			}
+			copy(view[off:], p)
+		case r < 6:
+			size := rng.Int64N(int64(len(view)) + 100)
+			if err := f.Truncate(size); err != nil {
+				t.Fatal(err)
+			}
+			if size < int64(len(view)) {
+				view = view[:size:size]
+			} else {
+				view = append(view, make([]byte, size-int64(len(view)))...)
+			}
+		case r < 7:
+			end := rng.Int64N(int64(len(view))+2000) + 1
+			if err := f.Allocate(0, end); err != nil {
+				t.Fatal(err)
+			}
+			if end > int64(len(view)) {
+				view = append(view, make([]byte, end-int64(len(view)))...)
+			}
+		default:
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			synced = bytes.Clone(view)
+		}
+		if got := readAll(t, m, "a"); !bytes.Equal(got, view) {
+			t.Fatalf("step %d: view differs from the model", i)
+		}
+		if got := readAll(t, m.CrashClone(CrashOptions{}), "a"); !bytes.Equal(got, synced) {
+			t.Fatalf("step %d: KeepUnsynced=0 image differs from the synced model (len %d vs %d)", i, len(got), len(synced))
+		}
+		if got := readAll(t, m.CrashClone(CrashOptions{KeepUnsynced: 1}), "a"); !bytes.Equal(got, view) {
+			t.Fatalf("step %d: KeepUnsynced=1 image differs from the view", i)
+		}
+	}
+	mustClose(t, f)
+}
+
+func TestMemFS_Concurrent(t *testing.T) {
+	m := NewMem()
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			name := fmt.Sprintf("f%d", g)
+			f, err := m.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			defer f.Close()
+			buf := make([]byte, 512)
+			for i := range 200 {
+				if _, err := f.WriteAt(bytes.Repeat([]byte{byte(i)}, 512), int64(i%16)*512); err != nil {
+					t.Error(err)
+					return
+				}
+				if _, err := f.ReadAt(buf, 0); err != nil {
+					t.Error(err)
+					return
+				}
+				if i%10 == 0 {
+					if err := f.Sync(); err != nil {
+						t.Error(err)
+					}
+					if err := m.SyncDir("."); err != nil {
+						t.Error(err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := range 50 {
+			_ = m.CrashClone(CrashOptions{KeepUnsynced: 0.5, Seed: int64(i)})
+			_ = m.Clone()
+			if _, err := m.ReadDir("."); err != nil {
+				t.Error(err)
+			}
+		}
+	}()
+	wg.Wait()
+	for g := range 4 {
+		if got := readAll(t, m, fmt.Sprintf("f%d", g)); len(got) != 16*512 {
+			t.Fatalf("f%d: len %d", g, len(got))
+		}
+	}
+}

@@ -1,0 +1,99 @@
+package vfs
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+func TestOS_MmapSeesLaterWrites(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "f")
+	f := mustOpen(t, OS, name, os.O_RDWR|os.O_CREATE)
+	defer mustClose(t, f)
+	if b, err := f.Mmap(0); b != nil || err != nil {
+		t.Fatalf("Mmap(0) = %v, %v; want nil, nil", b, err)
+	}
+	mustWrite(t, f, page(1), 0)
+	b, err := f.Mmap(4096)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(b, page(1)) {
+		t.Fatal("mapping does not show the written page")
+	}
+	mustWrite(t, f, []byte("later"), 100)
+	if string(b[100:105]) != "later" {
+		t.Fatalf("mapping shows %q after WriteAt, want later", b[100:105])
+	}
+	if err := f.Munmap(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestOS_CreatePerm(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "f")
+	mustClose(t, mustOpen(t, OS, name, os.O_RDWR|os.O_CREATE))
+	fi, err := os.Stat(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		t.Fatalf("created with %v, want no group/other access", perm)
+	}
+	l, err := OS.Lock(filepath.Join(filepath.Dir(name), "lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+	if fi, err := os.Stat(filepath.Join(filepath.Dir(name), "lock")); err != nil || fi.Mode().Perm()&0o077 != 0 {
+		t.Fatalf("lock file: %v, %v", fi.Mode(), err)
+	}
+}
+
+func TestOS_LockErrorNamesPath(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "lock")
+	l, err := OS.Lock(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustClose(t, l)
+	_, err = OS.Lock(name)
+	if !errors.Is(err, ErrLocked) || !strings.Contains(err.Error(), name) {
+		t.Fatalf("second Lock: %v; want ErrLocked naming %s", err, name)
+	}
+}
+
+func TestOS_WriteErrorIsSticky(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "f")
+	mustClose(t, mustOpen(t, OS, name, os.O_RDWR|os.O_CREATE))
+	f := mustOpen(t, OS, name, os.O_RDONLY)
+	defer mustClose(t, f)
+	_, werr := f.WriteAt([]byte("x"), 0)
+	if !errors.Is(werr, syscall.EBADF) {
+		t.Fatalf("WriteAt on a read-only file: %v, want EBADF", werr)
+	}
+	// Every later write-side call returns the first error, Sync included.
+	if err := f.Sync(); !errors.Is(err, syscall.EBADF) {
+		t.Fatalf("Sync after a failed write: %v, want the sticky EBADF", err)
+	}
+	if err := f.Truncate(0); !errors.Is(err, syscall.EBADF) {
+		t.Fatalf("Truncate after a failed write: %v", err)
+	}
+}
+
+func TestOS_SyncDirErrors(t *testing.T) {
+	dir := t.TempDir()
+	if err := OS.SyncDir(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("SyncDir missing: %v", err)
+	}
+	name := filepath.Join(dir, "f")
+	mustClose(t, mustOpen(t, OS, name, os.O_RDWR|os.O_CREATE))
+	if err := OS.SyncDir(name); !errors.Is(err, syscall.ENOTDIR) {
+		t.Fatalf("SyncDir on a file: %v, want ENOTDIR", err)
+	}
+}
