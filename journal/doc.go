@@ -1,0 +1,22 @@
+// Package journal is kdb's write-ahead log: an ordered sequence of
+// checksummed records in segment files named db-<N>.log.
+//
+// It owns the segment files, their headers, the record framing, the
+// checksum chain, group commit and the tail recovery done on Open (a torn
+// batch at the tail of the last segment is truncated; damage anywhere else is
+// ErrCorrupt naming the segment and offset, or skipped and reported when
+// Options.SkipDamaged is set).
+//
+// It must not know what records mean: RecordType and payloads are opaque,
+// except for the reserved internal types (RecordType 0xF0 and above) it
+// writes itself (segment seal and close mark records). It never imports
+// pagefile or index, and it does all file I/O through internal/vfs.
+//
+// Concurrency: a Journal is safe for concurrent use. Appends from many
+// goroutines are gathered by one committer goroutine into one write and one
+// fdatasync (group commit). Read and Iterate run concurrently with Append and
+// with each other; they see only records that are acknowledged.
+//
+// Format: docs/FORMAT.md, "Journal" (docs/FORMAT-journal.md until merged).
+// Design: docs/DESIGN-journal.md.
+package journal

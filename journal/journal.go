@@ -1,0 +1,286 @@
+package journal
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// RecordType is the caller's tag for a record. The journal does not
+// interpret it, except that values from MinReservedType up are its own.
+type RecordType uint8
+
+// Record is one entry of the journal.
+type Record struct {
+	Type    RecordType
+	Payload []byte
+}
+
+// Damage is a region of the journal that Open skipped (Options.SkipDamaged):
+// the bytes [From, To) of one segment, lost. From is the start of the batch
+// that holds the first damaged byte, so no batch is delivered in part.
+type Damage struct {
+	From, To Location
+	Reason   string
+}
+
+// OpenReport says what Open found.
+type OpenReport struct {
+	// Segments is the number of segments found (including a torn one removed).
+	Segments int
+	// TailLocation is the position just after the last acknowledged record.
+	TailLocation Location
+	// TornBytesTruncated is the number of bytes dropped from the tail of the
+	// last segment (a torn or partial batch); 0 if the log ended cleanly.
+	TornBytesTruncated int64
+	// TornAt is where the torn tail began (zero if none). Offset 0 means a
+	// last segment whose header was never completed; it was removed.
+	TornAt Location
+	// Skipped lists the damaged regions skipped (only with SkipDamaged).
+	Skipped []Damage
+	// Records and Batches count the user records and batches found.
+	Records, Batches int64
+	// Duration is the time Open took.
+	Duration time.Duration
+}
+
+// Stats are counters since Open.
+type Stats struct {
+	Appends   int64 // Append calls (with at least one record), failed ones included
+	Batches   int64 // batches acknowledged
+	Records   int64 // records acknowledged
+	Bytes     int64 // bytes written to segments, frames and headers
+	Writes    int64 // WriteAt calls
+	Fsyncs    int64 // file fdatasyncs
+	DirSyncs  int64 // directory fsyncs
+	Commits   int64 // group-commit rounds
+	Rotations int64 // segments created
+	Removed   int64 // segments removed or archived
+}
+
+// Journal is an open write-ahead journal.
+//
+// Invariants:
+//   - w is touched only by the committer goroutine (and by Open before it
+//     starts). w.synced <= w.off; bytes of the active segment in
+//     [w.synced, w.off) may vanish in a crash.
+//   - Every frame carries, in its synced field, a w.synced of the time it
+//     was written: proof, on recovery, that the bytes before it were durable.
+//   - mu.segs holds consecutive segment ids in ascending order; the last one
+//     is the active segment.
+//   - Once mu.err is set, every writing call returns it. A failed write or
+//     fsync is never retried.
+//
+// A Journal is safe for concurrent use.
+type Journal struct {
+	dir  string
+	opts Options
+
+	wake chan struct{} // buffered(1): the queue is not empty, or closing
+	done chan struct{} // closed when the committer exits
+	rmMu sync.Mutex    // serialises RemoveBefore
+
+	w struct {
+		seg       *segment
+		off       int64  // next write offset in seg
+		synced    int64  // durable prefix of seg
+		prev      uint64 // sum of the last frame in seg (seed if none)
+		prevOff   int64  // offset of the last frame written to seg, or -1
+		buf       []byte
+		sinceMark bool // records written since the last close mark
+	}
+
+	mu struct {
+		sync.Mutex
+		queue   []*request
+		err     error
+		closing bool
+		closed  bool
+		segs    []*segment
+		tail    Location
+		skipped []Damage
+		stats   Stats
+	}
+}
+
+// request is one Append (or Sync) waiting for the committer.
+type request struct {
+	recs []Record
+	sync bool
+	locs []Location
+	err  error
+	done chan struct{}
+}
+
+// Append writes recs as one atomic batch: after a crash, Open finds all of
+// them or none. It returns their locations once they are acknowledged under
+// the sync policy (SyncAlways: durable). Concurrent Appends share one write
+// and one fdatasync. An error from a write or sync fails the journal for
+// good: this and every later call returns it. Append(nil) does nothing.
+func (j *Journal) Append(recs ...Record) ([]Location, error) {
+	if len(recs) == 0 {
+		return nil, nil
+	}
+	if j.opts.ReadOnly {
+		return nil, ErrReadOnly
+	}
+	var size int64
+	for i, r := range recs {
+		if r.Type >= MinReservedType {
+			return nil, fmt.Errorf("%w: record %d has type %#x", ErrReservedType, i, r.Type)
+		}
+		if len(r.Payload) > j.opts.MaxRecordSize {
+			return nil, fmt.Errorf("%w: record %d has %d bytes, maximum %d", ErrRecordTooLarge, i, len(r.Payload), j.opts.MaxRecordSize)
+		}
+		size += frameSize(len(r.Payload))
+	}
+	if size > j.batchRoom() {
+		return nil, fmt.Errorf("%w: %d bytes of frames, a segment holds %d", ErrBatchTooLarge, size, j.batchRoom())
+	}
+	req := &request{recs: recs, done: make(chan struct{})}
+	if err := j.enqueue(req, true); err != nil {
+		return nil, err
+	}
+	<-req.done
+	return req.locs, req.err
+}
+
+// batchRoom is the most frame bytes one batch can take: a fresh segment
+// minus its header and the seal record.
+func (j *Journal) batchRoom() int64 {
+	return j.opts.SegmentSize - segHeaderSize - frameSize(0)
+}
+
+func (j *Journal) enqueue(req *request, isAppend bool) error {
+	j.mu.Lock()
+	if isAppend {
+		j.mu.stats.Appends++
+	}
+	switch {
+	case j.mu.closing || j.mu.closed:
+		j.mu.Unlock()
+		return ErrClosed
+	case j.mu.err != nil:
+		err := j.mu.err
+		j.mu.Unlock()
+		return err
+	}
+	j.mu.queue = append(j.mu.queue, req)
+	j.mu.Unlock()
+	select {
+	case j.wake <- struct{}{}:
+	default:
+	}
+	return nil
+}
+
+// Sync makes every acknowledged record durable (useful under SyncInterval
+// and UnsafeSyncNever). On return they are durable.
+func (j *Journal) Sync() error {
+	if j.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	req := &request{sync: true, done: make(chan struct{})}
+	if err := j.enqueue(req, false); err != nil {
+		return err
+	}
+	<-req.done
+	return req.err
+}
+
+// Tail returns the position just after the last acknowledged record. The
+// next batch is written there, or at the start of the next segment if it
+// does not fit.
+func (j *Journal) Tail() Location {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.mu.tail
+}
+
+// Segments describes the segments, oldest first.
+func (j *Journal) Segments() []SegmentInfo {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	out := make([]SegmentInfo, 0, len(j.mu.segs))
+	for _, s := range j.mu.segs {
+		info := SegmentInfo{ID: s.id, Size: s.size, End: Location{s.id, s.end}, Sealed: s.sealed}
+		info.First = info.End
+		if s.last >= 0 {
+			info.First = Location{s.id, segHeaderSize}
+			info.Last = Location{s.id, s.last}
+		}
+		out = append(out, info)
+	}
+	return out
+}
+
+// Stats returns the counters.
+func (j *Journal) Stats() Stats {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.mu.stats
+}
+
+// Err returns the sticky error that failed the journal, or nil.
+func (j *Journal) Err() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.mu.err
+}
+
+// Dir returns the journal's directory.
+func (j *Journal) Dir() string { return j.dir }
+
+// Close waits for pending appends, writes a close mark (unless the journal
+// failed or nothing was appended), syncs, and closes the files. On return
+// every acknowledged record is durable. It returns the sticky error if the
+// journal failed. Calls after Close return ErrClosed.
+func (j *Journal) Close() error {
+	j.mu.Lock()
+	if j.mu.closing || j.mu.closed {
+		j.mu.Unlock()
+		return ErrClosed
+	}
+	j.mu.closing = true
+	j.mu.Unlock()
+	if !j.opts.ReadOnly {
+		select {
+		case j.wake <- struct{}{}:
+		default:
+		}
+		<-j.done
+	}
+	j.mu.Lock()
+	j.mu.closed = true
+	segs := j.mu.segs
+	err := j.mu.err
+	j.mu.Unlock()
+	for _, s := range segs {
+		s.rw.Lock()
+		if s.f != nil {
+			if cerr := s.f.Close(); cerr != nil && err == nil && !j.opts.ReadOnly {
+				err = fmt.Errorf("journal: close %s: %w", s.id, cerr)
+			}
+			s.f = nil
+		}
+		s.rw.Unlock()
+	}
+	return err
+}
+
+// fail makes err the journal's sticky error (the first one wins) and
+// returns the sticky error.
+func (j *Journal) fail(err error) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.mu.err == nil {
+		j.mu.err = err
+		if j.opts.Logger != nil {
+			j.opts.Logger.Error("journal failed", "dir", j.dir, "err", err)
+		}
+	}
+	return j.mu.err
+}
+
+func (j *Journal) path(id SegmentID) string { return filepath.Join(j.dir, id.String()) }

@@ -1,0 +1,157 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+
+	"github.com/kdb-project/kdb/internal/vfs"
+)
+
+const testDir = "/j"
+
+// openMem opens a journal on fs with small segments.
+func openMem(t testing.TB, fs vfs.FS, o Options) (*Journal, *OpenReport) {
+	t.Helper()
+	o.FS = fs
+	if o.SegmentSize == 0 {
+		o.SegmentSize = 64 << 10
+	}
+	j, rep, err := Open(testDir, o)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	return j, rep
+}
+
+func mustClose(t testing.TB, j *Journal) {
+	t.Helper()
+	if err := j.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+// payload returns a deterministic payload for record i of batch b.
+func payload(b, i, n int) []byte {
+	p := make([]byte, n)
+	for k := range p {
+		p[k] = byte(b*31 + i*7 + k)
+	}
+	copy(p, fmt.Sprintf("b%d/r%d", b, i))
+	return p
+}
+
+type entry struct {
+	loc Location
+	rec Record
+}
+
+// collect iterates the whole journal.
+func collect(t testing.TB, j *Journal) []entry {
+	t.Helper()
+	var out []entry
+	if err := j.Iterate(Location{}, func(loc Location, r Record) error {
+		out = append(out, entry{loc, r})
+		return nil
+	}); err != nil {
+		t.Fatalf("Iterate: %v", err)
+	}
+	return out
+}
+
+func TestJournal_AppendReadIterateReopen(t *testing.T) {
+	fs := vfs.NewMem()
+	j, rep := openMem(t, fs, Options{})
+	if rep.Segments != 0 || rep.TailLocation != (Location{1, segHeaderSize}) {
+		t.Fatalf("fresh open report: %+v", rep)
+	}
+	var want []entry
+	for b := 0; b < 200; b++ {
+		n := b%3 + 1
+		recs := make([]Record, n)
+		for i := range recs {
+			recs[i] = Record{Type: RecordType(b % 7), Payload: payload(b, i, b*13%900)}
+		}
+		locs, err := j.Append(recs...)
+		if err != nil {
+			t.Fatalf("Append %d: %v", b, err)
+		}
+		for i := range recs {
+			want = append(want, entry{locs[i], recs[i]})
+		}
+	}
+	check := func(j *Journal) {
+		t.Helper()
+		got := collect(t, j)
+		if len(got) != len(want) {
+			t.Fatalf("Iterate: %d records, want %d", len(got), len(want))
+		}
+		for i := range want {
+			if got[i].loc != want[i].loc || got[i].rec.Type != want[i].rec.Type || !bytes.Equal(got[i].rec.Payload, want[i].rec.Payload) {
+				t.Fatalf("record %d: got %v type %d, want %v type %d", i, got[i].loc, got[i].rec.Type, want[i].loc, want[i].rec.Type)
+			}
+			r, err := j.Read(want[i].loc)
+			if err != nil || r.Type != want[i].rec.Type || !bytes.Equal(r.Payload, want[i].rec.Payload) {
+				t.Fatalf("Read %v: %v", want[i].loc, err)
+			}
+		}
+	}
+	check(j)
+	if segs := j.Segments(); len(segs) < 2 {
+		t.Fatalf("expected rotation, got %d segments", len(segs))
+	}
+	tail := j.Tail()
+	mustClose(t, j)
+
+	j, rep = openMem(t, fs, Options{})
+	defer mustClose(t, j)
+	if rep.TornBytesTruncated != 0 || len(rep.Skipped) != 0 || rep.Records != int64(len(want)) {
+		t.Fatalf("reopen report: %+v", rep)
+	}
+	if rep.TailLocation.Less(tail) {
+		t.Fatalf("tail went back: %v < %v", rep.TailLocation, tail)
+	}
+	check(j)
+}
+
+func TestJournal_ConcurrentAppend(t *testing.T) {
+	fs := vfs.NewMem()
+	j, _ := openMem(t, fs, Options{})
+	const writers, per = 8, 50
+	var wg sync.WaitGroup
+	locs := make([][]Location, writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				l, err := j.Append(Record{Type: 1, Payload: payload(w, i, 100)}, Record{Type: 2, Payload: payload(w, i+1000, 10)})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				locs[w] = append(locs[w], l...)
+			}
+		}()
+	}
+	wg.Wait()
+	st := j.Stats()
+	if st.Records != writers*per*2 || st.Batches != writers*per {
+		t.Fatalf("stats: %+v", st)
+	}
+	got := collect(t, j)
+	if len(got) != writers*per*2 {
+		t.Fatalf("iterated %d", len(got))
+	}
+	for k := 0; k < len(got); k += 2 {
+		if got[k].rec.Type != 1 || got[k+1].rec.Type != 2 || got[k+1].loc.Offset != got[k].loc.Offset+frameSize(100) {
+			t.Fatalf("batch at %v not contiguous", got[k].loc)
+		}
+	}
+	mustClose(t, j)
+	if _, err := j.Append(Record{}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Append after Close: %v", err)
+	}
+}

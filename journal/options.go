@@ -1,0 +1,122 @@
+package journal
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kdb-project/kdb/internal/vfs"
+)
+
+// SyncPolicy says when Append's records are made durable.
+type SyncPolicy int
+
+const (
+	// SyncAlways (the default): Append returns once its batch is on disk
+	// (written and fdatasync'ed; concurrent appends share one write and one
+	// fdatasync). A crash loses no acknowledged record.
+	SyncAlways SyncPolicy = iota
+	// SyncInterval: Append returns once its batch is written to the OS;
+	// the active segment is fdatasync'ed every Options.SyncInterval. A
+	// crash of the machine (not only of the process) can lose the records
+	// acknowledged during the last interval; a lost batch is lost whole.
+	SyncInterval
+	// UnsafeSyncNever: Append returns once its batch is written to the OS;
+	// the journal syncs only on segment rotation, Sync and Close. A machine
+	// crash can lose every record acknowledged since the last of those; a
+	// lost batch is lost whole.
+	UnsafeSyncNever
+)
+
+func (p SyncPolicy) String() string {
+	switch p {
+	case SyncAlways:
+		return "always"
+	case SyncInterval:
+		return "interval"
+	case UnsafeSyncNever:
+		return "unsafe-never"
+	}
+	return fmt.Sprintf("SyncPolicy(%d)", int(p))
+}
+
+// Options configures a Journal. The zero value is valid.
+type Options struct {
+	// FS is the file system. Default: vfs.OS.
+	FS vfs.FS
+	// SegmentSize is the size to which each new segment is preallocated and
+	// at which the active segment is rotated. At most 2 GiB.
+	// Default: 32 MiB.
+	SegmentSize int64
+	// Sync is the sync policy. Default: SyncAlways.
+	Sync SyncPolicy
+	// SyncInterval is the period of the background fdatasync under
+	// SyncInterval. Default: 10ms.
+	SyncInterval time.Duration
+	// MaxRecordSize bounds a record's payload, on Append and when decoding
+	// (a length above it is corruption, checked before anything is
+	// allocated). It must leave room for a frame in a segment.
+	// Default: 16 MiB, or less if SegmentSize requires it.
+	MaxRecordSize int
+	// SkipDamaged makes Open skip damaged regions instead of failing with
+	// ErrCorrupt; OpenReport.Skipped lists exactly what was skipped.
+	// Default: false.
+	SkipDamaged bool
+	// ArchiveDir, if set, makes RemoveBefore move segments into this
+	// directory instead of deleting them. Default: "" (delete).
+	ArchiveDir string
+	// ReadOnly opens the journal without creating, truncating or writing
+	// anything (for kdbtool inspect): a torn tail is reported, not
+	// truncated, and writing calls return ErrReadOnly. Default: false.
+	ReadOnly bool
+	// Logger receives events that have no caller to report to (a failed
+	// background sync). Default: nil, silent.
+	Logger *slog.Logger
+}
+
+const (
+	defaultSegmentSize   = 32 << 20
+	defaultMaxRecordSize = 16 << 20
+	defaultSyncInterval  = 10 * time.Millisecond
+	// minSegmentSize leaves room for the header, one frame and the seal.
+	minSegmentSize = 4096
+)
+
+func (o Options) withDefaults() Options {
+	if o.FS == nil {
+		o.FS = vfs.OS
+	}
+	if o.SegmentSize == 0 {
+		o.SegmentSize = defaultSegmentSize
+	}
+	if o.SyncInterval == 0 {
+		o.SyncInterval = defaultSyncInterval
+	}
+	if o.MaxRecordSize == 0 {
+		o.MaxRecordSize = defaultMaxRecordSize
+		if m := maxPayloadFor(o.SegmentSize); int64(o.MaxRecordSize) > m {
+			o.MaxRecordSize = int(max(m, 0))
+		}
+	}
+	return o
+}
+
+// maxPayloadFor returns the largest payload a segment of size segSize can
+// hold in a one-record batch (room is left for the seal record).
+func maxPayloadFor(segSize int64) int64 {
+	return (segSize-segHeaderSize-frameSize(0))&^(recAlign-1) - recHeaderSize
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.SegmentSize < minSegmentSize || o.SegmentSize > maxSegmentSize:
+		return fmt.Errorf("%w: SegmentSize %d not in [%d, %d]", ErrBadOptions, o.SegmentSize, minSegmentSize, maxSegmentSize)
+	case o.Sync < SyncAlways || o.Sync > UnsafeSyncNever:
+		return fmt.Errorf("%w: unknown Sync policy %d", ErrBadOptions, o.Sync)
+	case o.SyncInterval < 0:
+		return fmt.Errorf("%w: negative SyncInterval", ErrBadOptions)
+	case o.MaxRecordSize <= 0 || int64(o.MaxRecordSize) > maxPayloadFor(o.SegmentSize):
+		return fmt.Errorf("%w: MaxRecordSize %d not in [1, %d] for SegmentSize %d", ErrBadOptions, o.MaxRecordSize, maxPayloadFor(o.SegmentSize), o.SegmentSize)
+	}
+	return nil
+}

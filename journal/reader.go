@@ -1,0 +1,263 @@
+package journal
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"sync"
+
+	"github.com/kdb-project/kdb/internal/vfs"
+)
+
+// readChunk is the window size of sequential scans.
+const readChunk = 1 << 20
+
+// segment is one open segment file.
+//
+// Invariants:
+//   - f is nil once the segment is removed or the journal closed; readers
+//     hold rw for reading while they use f, the remover holds it for writing
+//     while it closes f.
+//   - Fields other than rw and f are guarded by Journal.mu.
+type segment struct {
+	id   SegmentID
+	seed uint64
+	name string
+
+	rw sync.RWMutex
+	f  vfs.File
+
+	size   int64 // file size as last known
+	end    int64 // offset just past the last acknowledged frame
+	last   int64 // offset of the last acknowledged frame, or -1
+	sealed bool  // ends with a seal record
+	// tailPrev is the sum of the frame at last (the seed if none): the
+	// chain value the next frame links to. Set by Open.
+	tailPrev uint64
+}
+
+// readAt reads into p at off, failing with ErrNotFound if the segment was
+// removed. A short read is an error wrapping io.ErrUnexpectedEOF.
+func (s *segment) readAt(p []byte, off int64) error {
+	s.rw.RLock()
+	defer s.rw.RUnlock()
+	if s.f == nil {
+		return fmt.Errorf("%w: %s was removed", ErrNotFound, s.id)
+	}
+	n, err := s.f.ReadAt(p, off)
+	if n == len(p) {
+		return nil
+	}
+	if err == nil || errors.Is(err, io.EOF) {
+		err = io.ErrUnexpectedEOF
+	}
+	return fmt.Errorf("journal: read %s: %w", Location{s.id, off}, err)
+}
+
+// chunkReader reads a segment sequentially through a window. Windows are
+// at most max(readChunk, largest frame) bytes, so the memory it uses is
+// bounded by Options, never by bytes read from disk.
+type chunkReader struct {
+	seg  *segment
+	size int64 // bytes of the segment readable through this reader
+	buf  []byte
+	off  int64 // segment offset of buf[0]
+}
+
+// at returns the bytes [off, off+n) clipped to size. The slice is valid
+// until the next call.
+func (r *chunkReader) at(off int64, n int) ([]byte, error) {
+	if off >= r.size {
+		return nil, nil
+	}
+	if rem := r.size - off; int64(n) > rem {
+		n = int(rem)
+	}
+	if off >= r.off && off+int64(n) <= r.off+int64(len(r.buf)) {
+		return r.buf[off-r.off : off-r.off+int64(n)], nil
+	}
+	w := max(n, readChunk)
+	if rem := r.size - off; int64(w) > rem {
+		w = int(rem)
+	}
+	if cap(r.buf) < w {
+		r.buf = make([]byte, w)
+	}
+	r.buf = r.buf[:w]
+	r.off = off
+	if err := r.seg.readAt(r.buf, off); err != nil {
+		r.buf = r.buf[:0]
+		return nil, err
+	}
+	return r.buf[:n], nil
+}
+
+// Read returns the acknowledged record at loc, verifying its checksum. The
+// payload is a fresh slice owned by the caller. A Location that is not a
+// record of the journal gives ErrNotFound (or ErrCorrupt if it is within
+// the journal but does not hold a valid frame). Safe for concurrent use.
+func (j *Journal) Read(loc Location) (Record, error) {
+	seg, end, err := j.segmentFor(loc)
+	if err != nil {
+		return Record{}, err
+	}
+	var hdr [recHeaderSize]byte
+	if err := seg.readAt(hdr[:], loc.Offset); err != nil {
+		return Record{}, err
+	}
+	h, err := decodeRecHeader(hdr[:], seg.id, loc.Offset, j.opts.MaxRecordSize, end-loc.Offset)
+	if err != nil {
+		if errors.Is(err, ErrTornTail) {
+			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		return Record{}, err
+	}
+	payload := make([]byte, h.length)
+	if err := seg.readAt(payload, loc.Offset+recHeaderSize); err != nil {
+		return Record{}, err
+	}
+	if err := verifyRecord(h, hdr[:], payload, seg.seed, seg.id, loc.Offset); err != nil {
+		return Record{}, err
+	}
+	return Record{Type: h.typ, Payload: payload}, nil
+}
+
+// segmentFor returns the segment holding loc and its acknowledged end.
+func (j *Journal) segmentFor(loc Location) (*segment, int64, error) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.mu.closed {
+		return nil, 0, ErrClosed
+	}
+	seg := j.findLocked(loc.Segment)
+	if seg == nil {
+		return nil, 0, fmt.Errorf("%w: %s: no such segment", ErrNotFound, loc)
+	}
+	if loc.Offset < segHeaderSize || loc.Offset >= seg.end || loc.Offset%recAlign != 0 {
+		return nil, 0, fmt.Errorf("%w: %s: outside the acknowledged records of the segment", ErrNotFound, loc)
+	}
+	return seg, seg.end, nil
+}
+
+// findLocked returns the segment with the given id, or nil.
+//
+// The caller must hold j.mu.
+func (j *Journal) findLocked(id SegmentID) *segment {
+	segs := j.mu.segs
+	i := sort.Search(len(segs), func(i int) bool { return segs[i].id >= id })
+	if i < len(segs) && segs[i].id == id {
+		return segs[i]
+	}
+	return nil
+}
+
+// Iterate calls fn for every user record from `from` (inclusive) up to the
+// acknowledged tail at the time of the call, in journal order, verifying
+// checksums and the chain. from is a Location returned by Append or
+// Iterate, the zero Location (the start of the journal), or the offset 0 of
+// a segment (its start). Batches are delivered whole: the records of a
+// batch are verified before the first of them is passed to fn. Regions
+// skipped by Open (OpenReport.Skipped) are skipped again. Internal records
+// are not delivered. If fn returns an error, Iterate stops and returns it.
+func (j *Journal) Iterate(from Location, fn func(loc Location, r Record) error) error {
+	type span struct {
+		seg *segment
+		end int64
+	}
+	j.mu.Lock()
+	if j.mu.closed {
+		j.mu.Unlock()
+		return ErrClosed
+	}
+	var spans []span
+	for _, s := range j.mu.segs {
+		if s.id >= from.Segment {
+			spans = append(spans, span{s, s.end})
+		}
+	}
+	skipped := append([]Damage(nil), j.mu.skipped...)
+	first := SegmentID(0)
+	if len(j.mu.segs) > 0 {
+		first = j.mu.segs[0].id
+	}
+	j.mu.Unlock()
+	if !from.IsZero() && (from.Segment < first || len(spans) == 0 || spans[0].seg.id != from.Segment) {
+		return fmt.Errorf("%w: %s: no such segment", ErrNotFound, from)
+	}
+	type pending struct {
+		loc Location
+		rec Record
+	}
+	var batch []pending
+	for i, sp := range spans {
+		seg := sp.seg
+		off := int64(segHeaderSize)
+		if i == 0 && from.Offset > off {
+			off = from.Offset
+		}
+		r := &chunkReader{seg: seg, size: sp.end}
+		prev, prevKnown := seg.seed, off == segHeaderSize
+		batch = batch[:0]
+		for off < sp.end {
+			if d, ok := skipAt(skipped, seg.id, off); ok {
+				off, prevKnown, batch = d.To.Offset, false, batch[:0]
+				continue
+			}
+			hb, err := r.at(off, recHeaderSize)
+			if err != nil {
+				return err
+			}
+			h, err := decodeRecHeader(hb, seg.id, off, j.opts.MaxRecordSize, sp.end-off)
+			if err != nil {
+				if errors.Is(err, ErrTornTail) {
+					err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+				}
+				return err
+			}
+			var hdr [recHeaderSize]byte
+			copy(hdr[:], hb)
+			pb, err := r.at(off+recHeaderSize, int(h.length))
+			if err != nil {
+				return err
+			}
+			if err := verifyRecord(h, hdr[:], pb, seg.seed, seg.id, off); err != nil {
+				return err
+			}
+			loc := Location{seg.id, off}
+			if prevKnown && h.prev != prev {
+				return fmt.Errorf("%w: %s: checksum chain broken", ErrCorrupt, loc)
+			}
+			prev, prevKnown = h.sum, true
+			if h.flags&flagBatchBegin != 0 && len(batch) > 0 {
+				return fmt.Errorf("%w: %s: batch begins inside another batch", ErrCorrupt, loc)
+			}
+			if h.typ < MinReservedType {
+				batch = append(batch, pending{loc, Record{Type: h.typ, Payload: append([]byte(nil), pb...)}})
+			}
+			off += frameSize(int(h.length))
+			if h.flags&flagBatchEnd != 0 {
+				for _, p := range batch {
+					if err := fn(p.loc, p.rec); err != nil {
+						return err
+					}
+				}
+				batch = batch[:0]
+			}
+		}
+		if len(batch) > 0 {
+			return fmt.Errorf("%w: %s: batch not ended at the end of the acknowledged records", ErrCorrupt, Location{seg.id, sp.end})
+		}
+	}
+	return nil
+}
+
+// skipAt returns the damaged region of seg starting at off, if any.
+func skipAt(skipped []Damage, seg SegmentID, off int64) (Damage, bool) {
+	for _, d := range skipped {
+		if d.From.Segment == seg && d.From.Offset <= off && off < d.To.Offset {
+			return d, true
+		}
+	}
+	return Damage{}, false
+}

@@ -1,0 +1,90 @@
+package journal
+
+import (
+	"fmt"
+	"path/filepath"
+)
+
+// RemoveBefore deletes the segments wholly before loc's segment (ids below
+// loc.Segment), oldest first, or moves them into Options.ArchiveDir if it
+// is set. It never removes the active (last) segment. Which segments may go
+// is the caller's decision: the journal does not know what still refers to
+// them. Each removal is made durable (directory fsync) before the next, so a
+// crash leaves a contiguous run of segments. It returns the ids removed,
+// also when it stops on an error. A failed directory fsync fails the
+// journal; a failed remove or rename is returned and changes nothing.
+func (j *Journal) RemoveBefore(loc Location) (removed []SegmentID, err error) {
+	if j.opts.ReadOnly {
+		return nil, ErrReadOnly
+	}
+	j.rmMu.Lock()
+	defer j.rmMu.Unlock()
+	j.mu.Lock()
+	if j.mu.closing || j.mu.closed {
+		j.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if err := j.mu.err; err != nil {
+		j.mu.Unlock()
+		return nil, err
+	}
+	var victims []*segment
+	for _, s := range j.mu.segs[:len(j.mu.segs)-1] {
+		if s.id < loc.Segment {
+			victims = append(victims, s)
+		}
+	}
+	j.mu.Unlock()
+	if len(victims) == 0 {
+		return nil, nil
+	}
+	fsys := j.opts.FS
+	archive := j.opts.ArchiveDir
+	if archive != "" {
+		if err := fsys.MkdirAll(archive, 0o750); err != nil {
+			return nil, fmt.Errorf("journal: create archive %s: %w", archive, err)
+		}
+		if err := fsys.SyncDir(filepath.Dir(archive)); err != nil {
+			return nil, j.fail(fmt.Errorf("journal: create archive %s: sync parent: %w", archive, err))
+		}
+	}
+	for _, s := range victims {
+		if archive != "" {
+			if err := fsys.Rename(s.name, filepath.Join(archive, s.id.String())); err != nil {
+				return removed, fmt.Errorf("journal: archive %s: %w", s.id, err)
+			}
+			if err := fsys.SyncDir(archive); err != nil {
+				return removed, j.fail(fmt.Errorf("journal: archive %s: sync %s: %w", s.id, archive, err))
+			}
+		} else if err := fsys.Remove(s.name); err != nil {
+			return removed, fmt.Errorf("journal: remove %s: %w", s.id, err)
+		}
+		j.mu.Lock()
+		j.mu.segs = j.mu.segs[1:]
+		kept := j.mu.skipped[:0:0]
+		for _, d := range j.mu.skipped {
+			if d.To.Segment > s.id {
+				kept = append(kept, d)
+			}
+		}
+		j.mu.skipped = kept
+		j.mu.stats.Removed++
+		j.mu.Unlock()
+		s.rw.Lock()
+		cerr := s.f.Close()
+		s.f = nil
+		s.rw.Unlock()
+		removed = append(removed, s.id)
+		err := fsys.SyncDir(j.dir)
+		j.mu.Lock()
+		j.mu.stats.DirSyncs++
+		j.mu.Unlock()
+		if err != nil {
+			return removed, j.fail(fmt.Errorf("journal: remove %s: sync dir: %w", s.id, err))
+		}
+		if cerr != nil {
+			return removed, fmt.Errorf("journal: close removed %s: %w", s.id, cerr)
+		}
+	}
+	return removed, nil
+}

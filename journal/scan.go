@@ -1,0 +1,458 @@
+package journal
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+)
+
+// Open opens the journal in dir, creating dir and the first segment if
+// needed (unless ReadOnly). It scans every segment to verify it and find the
+// tail. A torn or partial batch at the tail of the last segment is
+// truncated (the file is cut there, re-preallocated and synced) and
+// reported; damage anywhere else fails Open with an error wrapping
+// ErrCorrupt that names the segment and offset, or, with SkipDamaged, is
+// skipped and listed in OpenReport.Skipped. On return the journal's
+// existing records and directory are durable.
+func Open(dir string, opts Options) (*Journal, *OpenReport, error) {
+	opts = opts.withDefaults()
+	if err := opts.validate(); err != nil {
+		return nil, nil, err
+	}
+	began := time.Now()
+	j := &Journal{dir: dir, opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	rep := &OpenReport{}
+	segs, nextID, err := j.scanAll(rep)
+	if err != nil {
+		for _, s := range segs {
+			_ = s.f.Close()
+		}
+		return nil, nil, err
+	}
+	j.mu.segs = segs
+	j.mu.skipped = rep.Skipped
+	if len(segs) > 0 {
+		last := segs[len(segs)-1]
+		j.mu.tail = Location{last.id, last.end}
+	}
+	if !opts.ReadOnly {
+		if err := j.startWriter(segs, nextID); err != nil {
+			for _, s := range j.mu.segs {
+				_ = s.f.Close()
+			}
+			return nil, nil, err
+		}
+		go j.run()
+	}
+	rep.TailLocation = j.mu.tail
+	rep.Duration = time.Since(began)
+	return j, rep, nil
+}
+
+// startWriter prepares the committer's state on the last segment, creating
+// the first segment of an empty journal.
+func (j *Journal) startWriter(segs []*segment, nextID SegmentID) error {
+	w := &j.w
+	if len(segs) == 0 {
+		seg, err := j.createSegment(nextID)
+		if err != nil {
+			return err
+		}
+		j.mu.segs = []*segment{seg}
+		j.mu.tail = Location{seg.id, seg.end}
+		j.mu.err = nil
+		w.seg, w.off, w.synced, w.prev, w.prevOff = seg, segHeaderSize, segHeaderSize, seg.seed, -1
+		return nil
+	}
+	last := segs[len(segs)-1]
+	w.seg, w.off, w.synced, w.prevOff = last, last.end, last.end, last.last
+	w.prev = last.tailPrev
+	if !last.sealed {
+		// What the scan found may be only in the OS cache (a previous
+		// process that did not sync); make it durable so that the synced
+		// field of the next frames tells the truth.
+		if err := last.f.Sync(); err != nil {
+			return fmt.Errorf("journal: sync %s: %w", last.id, err)
+		}
+	}
+	return nil
+}
+
+// scanAll opens and verifies every segment of the directory. It returns the
+// segments kept (open) and the id the next new segment takes if none is
+// kept.
+func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
+	fsys := j.opts.FS
+	_, isDir, err := fsys.Stat(j.dir)
+	switch {
+	case errors.Is(err, fs.ErrNotExist) && !j.opts.ReadOnly:
+		if err := fsys.MkdirAll(j.dir, 0o750); err != nil {
+			return nil, 0, fmt.Errorf("journal: create %s: %w", j.dir, err)
+		}
+		if err := fsys.SyncDir(filepath.Dir(j.dir)); err != nil {
+			return nil, 0, fmt.Errorf("journal: create %s: sync parent: %w", j.dir, err)
+		}
+	case err != nil:
+		return nil, 0, fmt.Errorf("journal: open %s: %w", j.dir, err)
+	case !isDir:
+		return nil, 0, fmt.Errorf("journal: open %s: not a directory", j.dir)
+	}
+	names, err := fsys.ReadDir(j.dir)
+	if err != nil {
+		return nil, 0, fmt.Errorf("journal: open %s: %w", j.dir, err)
+	}
+	var ids []SegmentID
+	for _, n := range names {
+		if id, ok := parseSegmentName(n); ok {
+			ids = append(ids, id)
+		}
+	}
+	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
+	rep.Segments = len(ids)
+	var segs []*segment
+	nextID := SegmentID(1)
+	for i, id := range ids {
+		if i > 0 && id != ids[i-1]+1 {
+			d := Damage{From: Location{ids[i-1] + 1, 0}, To: Location{id, 0},
+				Reason: fmt.Sprintf("segments %s to %s are missing", ids[i-1]+1, id-1)}
+			if !j.opts.SkipDamaged {
+				return segs, 0, fmt.Errorf("%w: %s: %s", ErrCorrupt, d.From, d.Reason)
+			}
+			rep.Skipped = append(rep.Skipped, d)
+		}
+		seg, err := j.scanSegment(id, i == len(ids)-1, rep)
+		if err != nil {
+			return segs, 0, err
+		}
+		nextID = id + 1
+		if seg == nil { // a torn, never completed last segment: removed
+			nextID = id
+			continue
+		}
+		segs = append(segs, seg)
+	}
+	return segs, nextID, nil
+}
+
+// scanSegment opens and verifies one segment. It returns nil (and no error)
+// for a last segment whose header was never completed, after removing it
+// (unless ReadOnly).
+func (j *Journal) scanSegment(id SegmentID, last bool, rep *OpenReport) (*segment, error) {
+	fsys := j.opts.FS
+	flag := os.O_RDWR
+	if j.opts.ReadOnly {
+		flag = os.O_RDONLY
+	}
+	name := j.path(id)
+	f, err := fsys.OpenFile(name, flag, 0)
+	if err != nil {
+		return nil, fmt.Errorf("journal: open %s: %w", id, err)
+	}
+	seg := &segment{id: id, name: name, f: f, last: -1}
+	ok := false
+	defer func() {
+		if !ok {
+			_ = f.Close()
+		}
+	}()
+	size, err := f.Size()
+	if err != nil {
+		return nil, fmt.Errorf("journal: size of %s: %w", id, err)
+	}
+	seg.size = size
+	r := &chunkReader{seg: seg, size: size}
+
+	hb, err := r.at(0, segHeaderSize)
+	if err != nil {
+		return nil, err
+	}
+	h, herr := decodeSegHeader(hb, id.String())
+	if herr == nil && h.id != id {
+		herr = fmt.Errorf("%w: %s@0: header names segment %d", ErrCorrupt, id, h.id)
+	}
+	if herr != nil {
+		if errors.Is(herr, ErrVersionMismatch) {
+			return nil, herr
+		}
+		if last {
+			// A segment whose creation did not complete has nothing after
+			// its header: creation syncs the header before any record.
+			fw, err := j.forward(r, id, 0, 0, size, size)
+			if err != nil {
+				return nil, err
+			}
+			if fw.dataEnd <= segHeaderSize {
+				rep.TornAt = Location{id, 0}
+				rep.TornBytesTruncated += size
+				if j.opts.ReadOnly {
+					return nil, nil
+				}
+				_ = f.Close()
+				ok = true
+				if err := fsys.Remove(name); err != nil {
+					return nil, fmt.Errorf("journal: remove torn %s: %w", id, err)
+				}
+				if err := fsys.SyncDir(j.dir); err != nil {
+					return nil, fmt.Errorf("journal: remove torn %s: sync dir: %w", id, err)
+				}
+				return nil, nil
+			}
+		}
+		if !j.opts.SkipDamaged {
+			return nil, herr
+		}
+		rep.Skipped = append(rep.Skipped, Damage{From: Location{id, 0}, To: Location{id, size}, Reason: herr.Error()})
+		seg.end, seg.sealed = segHeaderSize, true
+		ok = true
+		return seg, nil
+	}
+	seg.seed = h.seed
+	if err := j.scanRecords(seg, r, last, rep); err != nil {
+		return nil, err
+	}
+	ok = true
+	return seg, nil
+}
+
+// scanRecords walks the frames of seg, setting its end, last, sealed and
+// tailPrev, and truncates a torn tail of the last segment.
+func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, rep *OpenReport) error {
+	id, seed, size := seg.id, seg.seed, seg.size
+	maxRec := j.opts.MaxRecordSize
+	off := int64(segHeaderSize)
+	prev, prevKnown := seed, true
+	inBatch, batchStart := false, off
+	var batchRecs int64
+	goodEnd, goodPrev, goodLast := off, seed, int64(-1)
+	sealed := false
+	var hdr [recHeaderSize]byte
+	for {
+		var h recHeader
+		var err error
+		hard := false // the frame at off verifies but is out of place
+		if off >= size {
+			err = fmt.Errorf("%w: %s: end of file", ErrTornTail, Location{id, off})
+		} else {
+			hb, rerr := r.at(off, recHeaderSize)
+			if rerr != nil {
+				return rerr
+			}
+			copy(hdr[:], hb)
+			h, err = decodeRecHeader(hdr[:], id, off, maxRec, size-off)
+			if err == nil {
+				pb, rerr := r.at(off+recHeaderSize, int(h.length))
+				if rerr != nil {
+					return rerr
+				}
+				err = verifyRecord(h, hdr[:], pb, seed, id, off)
+			}
+			if err == nil {
+				begin := h.flags&flagBatchBegin != 0
+				loc := Location{id, off}
+				switch {
+				case prevKnown && h.prev != prev:
+					err = fmt.Errorf("%w: %s: checksum chain broken", ErrCorrupt, loc)
+				case sealed:
+					err = fmt.Errorf("%w: %s: record after the segment's seal", ErrCorrupt, loc)
+				case begin && inBatch:
+					err = fmt.Errorf("%w: %s: batch begins inside the batch at %d", ErrCorrupt, loc, batchStart)
+				case !begin && !inBatch:
+					err = fmt.Errorf("%w: %s: record outside any batch", ErrCorrupt, loc)
+				case h.typ >= MinReservedType && h.flags != flagBatchBegin|flagBatchEnd:
+					err = fmt.Errorf("%w: %s: internal record of type %#x inside a batch", ErrCorrupt, loc, h.typ)
+				}
+				hard = err != nil
+			}
+		}
+		if err == nil {
+			if h.flags&flagBatchBegin != 0 {
+				inBatch, batchStart, batchRecs = true, off, 0
+			}
+			if h.typ < MinReservedType {
+				batchRecs++
+			}
+			prev, prevKnown = h.sum, true
+			if h.typ == typeSeal {
+				sealed = true
+			}
+			fs := frameSize(int(h.length))
+			if h.flags&flagBatchEnd != 0 {
+				inBatch = false
+				goodEnd, goodPrev, goodLast = off+fs, h.sum, off
+				rep.Records += batchRecs
+				if batchRecs > 0 {
+					rep.Batches++
+				}
+			}
+			off += fs
+			continue
+		}
+
+		// The frame at off is damaged, zero, out of place, or the file
+		// ends. Decide between the end of the log, a torn tail and damage.
+		damageStart := off
+		if inBatch {
+			damageStart = batchStart
+		}
+		searchFrom := off + recAlign
+		if hard {
+			searchFrom = off + frameSize(int(h.length))
+		}
+		fw, ferr := j.forward(r, id, seed, off, searchFrom, size)
+		if ferr != nil {
+			return ferr
+		}
+		clean := !hard && !inBatch && fw.dataEnd <= off
+		durable := fw.maxSynced > damageStart // a later frame proves the damaged bytes were synced
+		switch {
+		case clean && (last || sealed):
+			// The end of the log.
+		case !clean && last && !sealed && !hard && !durable:
+			// A torn tail: bytes of the last, unsynced write.
+			end := max(fw.dataEnd, off)
+			rep.TornAt = Location{id, damageStart}
+			rep.TornBytesTruncated += end - damageStart
+			if !j.opts.ReadOnly {
+				if err := j.truncateTail(seg, damageStart); err != nil {
+					return err
+				}
+			}
+		default:
+			if clean {
+				err = fmt.Errorf("%w: %s: segment ends without a seal, and a later segment exists", ErrCorrupt, Location{id, off})
+			} else if durable {
+				err = fmt.Errorf("%w (a later record proves the bytes from %s were durable)", err, Location{id, damageStart})
+			} else if !last {
+				err = fmt.Errorf("%w (in a segment that is not the last)", err)
+			}
+			if !errors.Is(err, ErrCorrupt) {
+				err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+			}
+			if !j.opts.SkipDamaged {
+				return err
+			}
+			skipTo := fw.nextBegin
+			if skipTo < 0 {
+				skipTo = (max(fw.dataEnd, off+recAlign) + recAlign - 1) &^ (recAlign - 1)
+				if !last && clean {
+					skipTo = size
+				}
+			}
+			rep.Skipped = append(rep.Skipped, Damage{From: Location{id, damageStart}, To: Location{id, skipTo}, Reason: err.Error()})
+			off, prevKnown, inBatch = skipTo, false, false
+			goodEnd = skipTo
+			if clean || skipTo >= size {
+				break
+			}
+			continue
+		}
+		break
+	}
+	seg.end, seg.last, seg.tailPrev, seg.sealed = goodEnd, goodLast, goodPrev, sealed
+	return nil
+}
+
+// truncateTail cuts the last segment at off, re-preallocates it with zeros
+// and syncs, so that stale frames after off can never be read as records.
+// On return the truncation is durable.
+func (j *Journal) truncateTail(seg *segment, off int64) error {
+	f := seg.f
+	if err := f.Truncate(off); err != nil {
+		return fmt.Errorf("journal: truncate torn tail of %s: %w", Location{seg.id, off}, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("journal: truncate torn tail of %s: sync: %w", Location{seg.id, off}, err)
+	}
+	if n := j.opts.SegmentSize - off; n > 0 {
+		if err := f.Allocate(off, n); err != nil {
+			return fmt.Errorf("journal: preallocate %s: %w", seg.id, err)
+		}
+		if err := f.Sync(); err != nil {
+			return fmt.Errorf("journal: preallocate %s: sync: %w", seg.id, err)
+		}
+	}
+	size, err := f.Size()
+	if err != nil {
+		return fmt.Errorf("journal: size of %s: %w", seg.id, err)
+	}
+	seg.size = size
+	return nil
+}
+
+// fwdResult is what a forward scan found after a damaged frame.
+type fwdResult struct {
+	maxSynced int64 // largest synced field of a verifying frame, or -1
+	nextBegin int64 // offset of the first verifying batch-begin frame, or -1
+	dataEnd   int64 // end of the last non-zero 8-byte word (at least from)
+}
+
+// forward scans [from, size) of a segment: it finds where non-zero bytes
+// end and, from searchFrom on, every 8-aligned frame that verifies under
+// seed. It allocates nothing beyond the reader's bounded window.
+func (j *Journal) forward(r *chunkReader, id SegmentID, seed uint64, from, searchFrom, size int64) (fwdResult, error) {
+	res := fwdResult{maxSynced: -1, nextBegin: -1, dataEnd: from}
+	var hdr [recHeaderSize]byte
+	p := from
+	for p < size {
+		n := int(min(4096, size-p))
+		b, err := r.at(p, n)
+		if err != nil {
+			return res, err
+		}
+		i := firstNonZeroWord(b)
+		if i < 0 {
+			p += int64(len(b))
+			continue
+		}
+		q := p + int64(i)
+		res.dataEnd = max(res.dataEnd, min(q+recAlign, size))
+		if q >= searchFrom {
+			hb, err := r.at(q, recHeaderSize)
+			if err != nil {
+				return res, err
+			}
+			copy(hdr[:], hb)
+			h, derr := decodeRecHeader(hdr[:], id, q, j.opts.MaxRecordSize, size-q)
+			if derr == nil {
+				pb, err := r.at(q+recHeaderSize, int(h.length))
+				if err != nil {
+					return res, err
+				}
+				if verifyRecord(h, hdr[:], pb, seed, id, q) == nil {
+					fs := frameSize(int(h.length))
+					res.maxSynced = max(res.maxSynced, int64(h.synced))
+					if h.flags&flagBatchBegin != 0 && res.nextBegin < 0 {
+						res.nextBegin = q
+					}
+					res.dataEnd = max(res.dataEnd, q+fs)
+					p = q + fs
+					continue
+				}
+			}
+		}
+		p = q + recAlign
+	}
+	return res, nil
+}
+
+// firstNonZeroWord returns the index of the first 8-byte word of b holding
+// a non-zero byte (a trailing partial word counts), or -1.
+func firstNonZeroWord(b []byte) int {
+	i := 0
+	for ; i+8 <= len(b); i += 8 {
+		if binary.LittleEndian.Uint64(b[i:]) != 0 {
+			return i
+		}
+	}
+	for k := i; k < len(b); k++ {
+		if b[k] != 0 {
+			return i
+		}
+	}
+	return -1
+}
