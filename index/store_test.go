@@ -185,7 +185,7 @@ func TestTree_Limits(t *testing.T) {
 	e.reopen()
 	if err := compare(e.s, model{"t": {
 		string(bytes.Repeat([]byte{'k'}, 998)): string(bytes.Repeat([]byte{'v'}, 100000)),
-		"":                                      "empty key",
+		"":                                     "empty key",
 	}}); err != nil {
 		t.Fatal(err)
 	}

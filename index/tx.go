@@ -28,9 +28,9 @@ type Tx struct {
 	order []*Tree // trees in the order they were opened, for a deterministic commit
 
 	// Update only:
-	dirty map[pagefile.PageID]*node     // nodes allocated by this Update, written at commit
+	dirty map[pagefile.PageID]*node    // nodes allocated by this Update, written at commit
 	alloc map[pagefile.PageID]struct{} // pages allocated by this Update and not freed
-	freed []pagefile.PageID             // pages visible before this Update that it replaced
+	freed []pagefile.PageID            // pages visible before this Update that it replaced
 	path  []pathElem
 }
 
