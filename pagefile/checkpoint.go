@@ -227,7 +227,9 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, positions []uint64, i
 		return nil, err
 	}
 	if grew {
-		return f.mapData(), nil
+		// The checkpoint is durable; a mapping failure still fails the
+		// handle, since reads of the new pages would have nowhere to go.
+		return f.mapData()
 	}
 	return nil, nil
 }

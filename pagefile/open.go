@@ -102,7 +102,9 @@ func (o *opener) open() error {
 	rep.FreePages = f.mu.free.count()
 
 	// The read mapping.
-	f.mu.view = f.mapData()
+	if f.mu.view, err = f.mapData(); err != nil {
+		return err
+	}
 	if rep.FreeListPath == FreeListScanned {
 		// The scan verified every page below the page count.
 		for id := FirstDataPage; id < f.mu.pageCount && int64(id+1)*int64(f.pageSize) <= int64(len(f.mu.view.mm)); id++ {
@@ -113,19 +115,20 @@ func (o *opener) open() error {
 }
 
 // mapData maps db.data read-only, or returns a ReadAt view when the FS
-// cannot map (MemFS) or mapping fails.
-func (f *File) mapData() *view {
+// cannot map (vfs.ErrMmapUnsupported: MemFS). Any other mapping error is
+// returned.
+func (f *File) mapData() (*view, error) {
 	if f.dataSize == 0 {
-		return newView(nil, f.pageSize)
+		return newView(nil, f.pageSize), nil
 	}
 	mm, err := f.data.Mmap(f.dataSize)
-	if err != nil {
-		if !errors.Is(err, vfs.ErrMmapUnsupported) {
-			f.opts.Logger.Warn("pagefile: mmap failed; reading with ReadAt", "file", f.dataName, "err", err)
-		}
-		return newView(nil, f.pageSize)
+	if errors.Is(err, vfs.ErrMmapUnsupported) {
+		return newView(nil, f.pageSize), nil
 	}
-	return newView(mm, f.pageSize)
+	if err != nil {
+		return nil, fmt.Errorf("pagefile: mmap %s (%d bytes): %w", f.dataName, f.dataSize, err)
+	}
+	return newView(mm, f.pageSize), nil
 }
 
 // create writes a new empty store: db.data (header and meta slot 0 at

@@ -1,0 +1,179 @@
+package pagefile
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/kdb-project/kdb/internal/kdbtest"
+	"github.com/kdb-project/kdb/internal/vfs"
+)
+
+var crashTestOpts = Options{PageSize: 512, GrowBy: 2048}
+
+const crashRounds = 4
+
+// reference runs the workload on a copy of base without crashing and
+// records, for each checkpoint i (1-based), the state it fixes, the index
+// (among mutating operations) of its db.redo sync and the number of
+// mutating operations when it returned. states[0] is the state at open.
+type reference struct {
+	states    []storeState
+	redoWrite []int // the last write to db.redo of checkpoint i
+	redoSync  []int
+	end      []int
+	total    int
+}
+
+func runReference(t *testing.T, base *vfs.MemFS, rounds int, seed uint64) reference {
+	t.Helper()
+	ref := reference{redoWrite: make([]int, rounds+1), redoSync: make([]int, rounds+1), end: make([]int, rounds+1)}
+	muts, lastRedoWrite, lastRedoSync := 0, 0, 0
+	fsys := vfs.Intercept(base.Clone(), func(e vfs.Event) error {
+		if e.Op.Mutating() {
+			muts++
+			if e.Op == vfs.OpSync && strings.HasSuffix(e.Path, redoFileName) {
+				lastRedoSync = muts
+			}
+			if e.Op == vfs.OpWrite && strings.HasSuffix(e.Path, redoFileName) {
+				lastRedoWrite = muts
+			}
+		}
+		return nil
+	})
+	f, _ := mustOpen(t, fsys, crashTestOpts)
+	ref.states = append(ref.states, captureState(t, f))
+	err := workload(f, rounds, seed, func(r int) {
+		ref.redoWrite[r], ref.redoSync[r], ref.end[r] = lastRedoWrite, lastRedoSync, muts
+		ref.states = append(ref.states, captureState(t, f))
+	})
+	if err != nil {
+		t.Fatalf("reference workload: %v", err)
+	}
+	ref.total = muts
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return ref
+}
+
+// allowed returns the checkpoints a crash at mutating operation k may
+// yield: the last one whose commit returned before k, and the next one if
+// its db.redo sync returned before k. When the crash keeps unsynced writes
+// (keep), a db.redo whose writes were all issued may survive whole without
+// its sync, so the next one is also allowed once its last db.redo write ran.
+func (ref reference) allowed(k int, keep bool) []int {
+	lo := 0
+	for i := 1; i < len(ref.end); i++ {
+		if ref.end[i] < k {
+			lo = i
+		}
+	}
+	out := []int{lo}
+	if lo+1 < len(ref.end) && (ref.redoSync[lo+1] < k || (keep && ref.redoWrite[lo+1] < k)) {
+		out = append(out, lo+1)
+	}
+	return out
+}
+
+// checkRecovered opens img, checks that it holds exactly one of the allowed
+// states, that a forced scan gives the same free list, and that the store
+// takes one more checkpoint. It returns the matched state index.
+func checkRecovered(t *testing.T, img *vfs.MemFS, ref reference, allowed []int, what string) int {
+	t.Helper()
+	f, rep, err := Open("/db", Options{FS: img, GrowBy: crashTestOpts.GrowBy})
+	if err != nil {
+		t.Fatalf("%s: reopen: %v", what, err)
+	}
+	got := captureState(t, f)
+	match, why := -1, ""
+	for _, i := range allowed {
+		if d := equalState(got, ref.states[i], false); d == "" {
+			match = i
+			break
+		} else {
+			why += fmt.Sprintf("\n  vs checkpoint #%d: %s", i, d)
+		}
+	}
+	if match < 0 {
+		t.Fatalf("%s: reopened %v, report %+v; allowed %v:%s", what, got, rep, allowed, why)
+	}
+	// The scan must agree with whatever path Open took.
+	g, srep, err := Open("/db", Options{FS: img, ReadOnly: true, ForceScan: true})
+	if err != nil {
+		t.Fatalf("%s: forced scan: %v", what, err)
+	}
+	if d := equalState(captureState(t, g), got, true); d != "" || srep.FreeListPath != FreeListScanned ||
+		srep.PagesScanned != got.meta.PageCount-uint64(FirstDataPage) {
+		t.Fatalf("%s: forced scan differs (%s), report %+v", what, d, srep)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The recovered store is usable: one more round, then a clean reopen
+	// trusts db.free and finds it.
+	if err := workload(f, 1, 99, nil); err != nil {
+		t.Fatalf("%s: workload after recovery: %v", what, err)
+	}
+	after := captureState(t, f)
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	h, hrep, err := Open("/db", Options{FS: img})
+	if err != nil {
+		t.Fatalf("%s: second reopen: %v", what, err)
+	}
+	if d := equalState(captureState(t, h), after, true); d != "" || hrep.FreeListPath != FreeListTrusted {
+		t.Fatalf("%s: second reopen: %s, report %+v", what, d, hrep)
+	}
+	if err := h.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return match
+}
+
+// TestFile_CrashAtEveryWrite crashes a workload of crashRounds checkpoints
+// (with frees, single and run allocations and rewrites between them) at
+// every mutating operation, under several crash models, and checks that
+// each reopen yields exactly the last completed checkpoint (or the one in
+// progress, if its db.redo was synced), whole.
+func TestFile_CrashAtEveryWrite(t *testing.T) {
+	base := newBase(t, crashTestOpts, 20)
+	ref := runReference(t, base, crashRounds, 1)
+	settings := []vfs.CrashOptions{
+		{KeepUnsynced: 0},
+		{KeepUnsynced: 1},
+		{KeepUnsynced: 0.5, Seed: 1},
+		{KeepUnsynced: 0.5, GarbageUnsynced: 0.25, Seed: 2},
+	}
+	if longTests() {
+		for s := int64(3); s < 23; s++ {
+			settings = append(settings,
+				vfs.CrashOptions{KeepUnsynced: 0.3, Seed: s},
+				vfs.CrashOptions{KeepUnsynced: 0.7, GarbageUnsynced: 0.2, Seed: s})
+		}
+	}
+	for _, o := range settings {
+		t.Run(fmt.Sprintf("keep=%v/garbage=%v/seed=%d", o.KeepUnsynced, o.GarbageUnsynced, o.Seed), func(t *testing.T) {
+			seen := map[int]int{}
+			for k := 1; k <= ref.total+1; k++ {
+				c := kdbtest.CrashAt(base.Clone(), k, vfs.CrashOptions{KeepUnsynced: o.KeepUnsynced, GarbageUnsynced: o.GarbageUnsynced, Seed: o.Seed + int64(k)*1000})
+				f, _, err := Open("/db", Options{FS: c.FS(), GrowBy: crashTestOpts.GrowBy})
+				if err == nil {
+					err = workload(f, crashRounds, 1, nil)
+					_ = f.Close()
+				}
+				if c.Crashed() != (k <= ref.total) || (err == nil) != (k > ref.total) {
+					t.Fatalf("k=%d: crashed=%v err=%v, total %d", k, c.Crashed(), err, ref.total)
+				}
+				got := checkRecovered(t, c.Image(), ref, ref.allowed(k, o.KeepUnsynced > 0), fmt.Sprintf("crash at write %d", k))
+				seen[got]++
+			}
+			for i := range ref.states {
+				if seen[i] == 0 {
+					t.Errorf("no crash point recovered checkpoint #%d: %v", i, seen)
+				}
+			}
+		})
+	}
+}
