@@ -21,8 +21,8 @@ type reference struct {
 	states    []storeState
 	redoWrite []int // the last write to db.redo of checkpoint i
 	redoSync  []int
-	end      []int
-	total    int
+	end       []int
+	total     int
 }
 
 func runReference(t *testing.T, base *vfs.MemFS, rounds int, seed uint64) reference {
