@@ -1,0 +1,317 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/kdb-project/kdb/internal/kdbtest"
+	"github.com/kdb-project/kdb/internal/vfs"
+)
+
+// batch is one acknowledged Append.
+type batch struct {
+	locs []Location
+	recs []Record
+}
+
+// build appends n batches of 1-3 records to a fresh journal on a MemFS and
+// returns the FS, the journal (still open) and the batches.
+func build(t *testing.T, o Options, n int) (*vfs.MemFS, *Journal, []batch) {
+	t.Helper()
+	fs := vfs.NewMem()
+	j, _ := openMem(t, fs, o)
+	var bs []batch
+	for b := 0; b < n; b++ {
+		recs := make([]Record, b%3+1)
+		for i := range recs {
+			recs[i] = Record{Type: RecordType(i + 1), Payload: payload(b, i, 200+b%5*50)}
+		}
+		locs, err := j.Append(recs...)
+		if err != nil {
+			t.Fatalf("Append: %v", err)
+		}
+		bs = append(bs, batch{locs, recs})
+	}
+	return fs, j, bs
+}
+
+// requireBatches checks that the journal holds exactly the given batches.
+func requireBatches(t *testing.T, j *Journal, want []batch) {
+	t.Helper()
+	got := collect(t, j)
+	k := 0
+	for _, b := range want {
+		for i := range b.recs {
+			if k >= len(got) {
+				t.Fatalf("journal ends after %d records; missing %v", k, b.locs[i])
+			}
+			if got[k].loc != b.locs[i] || got[k].rec.Type != b.recs[i].Type || !bytes.Equal(got[k].rec.Payload, b.recs[i].Payload) {
+				t.Fatalf("record %d: got %v, want %v", k, got[k].loc, b.locs[i])
+			}
+			k++
+		}
+	}
+	if k != len(got) {
+		t.Fatalf("journal has %d records, want %d", len(got), k)
+	}
+}
+
+func without(bs []batch, drop ...int) []batch {
+	var out []batch
+	for i, b := range bs {
+		skip := false
+		for _, d := range drop {
+			skip = skip || i == d
+		}
+		if !skip {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+func TestOpen_TornTailOnLastSegment(t *testing.T) {
+	cases := []struct {
+		name   string
+		damage func(fs vfs.FS, last batch) error
+	}{
+		{"flip in last record payload", func(fs vfs.FS, last batch) error {
+			l := last.locs[len(last.locs)-1]
+			return kdbtest.FlipBit(fs, testDir+"/"+l.Segment.String(), l.Offset+recHeaderSize+5, 3)
+		}},
+		{"zeroed middle of batch", func(fs vfs.FS, last batch) error {
+			l := last.locs[1]
+			return kdbtest.ZeroRange(fs, testDir+"/"+l.Segment.String(), l.Offset, recHeaderSize)
+		}},
+		{"zeroed whole batch header sector", func(fs vfs.FS, last batch) error {
+			l := last.locs[0]
+			return kdbtest.ZeroRange(fs, testDir+"/"+l.Segment.String(), l.Offset, 8)
+		}},
+		{"file cut inside batch", func(fs vfs.FS, last batch) error {
+			l := last.locs[2]
+			return kdbtest.Truncate(fs, testDir+"/"+l.Segment.String(), l.Offset+40)
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fs, j, bs := build(t, Options{}, 12) // batch 11 has 3 records
+			img := fs.Clone()                    // as if the process died before Close
+			mustClose(t, j)
+			last := bs[len(bs)-1]
+			if len(last.locs) != 3 {
+				t.Fatalf("test needs a 3-record last batch")
+			}
+			if err := tc.damage(img, last); err != nil {
+				t.Fatal(err)
+			}
+			// ReadOnly reports without changing anything.
+			before, _ := vfs.ReadFile(img, testDir+"/"+last.locs[0].Segment.String())
+			ro, rep, err := Open(testDir, Options{FS: img, SegmentSize: 64 << 10, ReadOnly: true})
+			if err != nil {
+				t.Fatalf("ReadOnly Open: %v", err)
+			}
+			if rep.TornAt != last.locs[0] || rep.TornBytesTruncated <= 0 || rep.TailLocation != last.locs[0] {
+				t.Fatalf("ReadOnly report: %+v", rep)
+			}
+			requireBatches(t, ro, bs[:len(bs)-1])
+			if _, err := ro.Append(Record{}); !errors.Is(err, ErrReadOnly) {
+				t.Fatalf("ReadOnly Append: %v", err)
+			}
+			mustClose(t, ro)
+			after, _ := vfs.ReadFile(img, testDir+"/"+last.locs[0].Segment.String())
+			if !bytes.Equal(before, after) {
+				t.Fatalf("ReadOnly open changed the segment")
+			}
+
+			j2, rep := openMem(t, img, Options{})
+			if rep.TornAt != last.locs[0] || rep.TornBytesTruncated <= 0 || len(rep.Skipped) != 0 {
+				t.Fatalf("report: %+v", rep)
+			}
+			requireBatches(t, j2, bs[:len(bs)-1])
+			locs, err := j2.Append(Record{Type: 9, Payload: []byte("after")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if locs[0] != last.locs[0] {
+				t.Fatalf("append after truncation at %v, want %v", locs[0], last.locs[0])
+			}
+			mustClose(t, j2)
+			j3, rep := openMem(t, img, Options{})
+			defer mustClose(t, j3)
+			if rep.TornBytesTruncated != 0 {
+				t.Fatalf("second reopen truncated again: %+v", rep)
+			}
+			requireBatches(t, j3, append(bs[:len(bs)-1:len(bs)-1], batch{locs, []Record{{Type: 9, Payload: []byte("after")}}}))
+		})
+	}
+}
+
+func TestOpen_DamageElsewhereIsCorrupt(t *testing.T) {
+	seg := func(l Location) string { return testDir + "/" + l.Segment.String() }
+	cases := []struct {
+		name    string
+		closed  bool // image after Close (close mark present)
+		victim  func(bs []batch) int
+		damage  func(fs vfs.FS, l Location) error
+		wantLoc func(bs []batch, v int) Location
+	}{
+		{"flip in earlier batch of last segment", false,
+			func(bs []batch) int { return len(bs) - 3 },
+			func(fs vfs.FS, l Location) error { return kdbtest.FlipBit(fs, seg(l), l.Offset+recHeaderSize, 0) },
+			func(bs []batch, v int) Location { return bs[v].locs[0] }},
+		{"zeroed record in earlier batch", false,
+			func(bs []batch) int { return len(bs) - 2 },
+			func(fs vfs.FS, l Location) error { return kdbtest.ZeroRange(fs, seg(l), l.Offset, recHeaderSize) },
+			func(bs []batch, v int) Location { return bs[v].locs[0] }},
+		{"flip in last batch after a clean close", true,
+			func(bs []batch) int { return len(bs) - 1 },
+			func(fs vfs.FS, l Location) error { return kdbtest.FlipBit(fs, seg(l), l.Offset+3, 1) },
+			func(bs []batch, v int) Location { return bs[v].locs[0] }},
+		{"flip in a sealed segment", false,
+			func(bs []batch) int { return 2 },
+			func(fs vfs.FS, l Location) error { return kdbtest.FlipBit(fs, seg(l), l.Offset+recHeaderSize+1, 7) },
+			func(bs []batch, v int) Location { return bs[v].locs[0] }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fs, j, bs := build(t, Options{}, 300)
+			if j.Segments()[0].ID == j.Segments()[len(j.Segments())-1].ID {
+				t.Fatal("test needs several segments")
+			}
+			img := fs.Clone()
+			mustClose(t, j)
+			if tc.closed {
+				img = fs.Clone()
+			}
+			v := tc.victim(bs)
+			if err := tc.damage(img, bs[v].locs[len(bs[v].locs)-1]); err != nil {
+				t.Fatal(err)
+			}
+			_, _, err := Open(testDir, Options{FS: img, SegmentSize: 64 << 10})
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Open: %v, want ErrCorrupt", err)
+			}
+			if !strings.Contains(err.Error(), bs[v].locs[len(bs[v].locs)-1].Segment.String()+"@") {
+				t.Fatalf("error does not name the segment: %v", err)
+			}
+			j2, rep := openMem(t, img, Options{SkipDamaged: true})
+			defer mustClose(t, j2)
+			want := tc.wantLoc(bs, v)
+			if len(rep.Skipped) != 1 || rep.Skipped[0].From != want {
+				t.Fatalf("Skipped: %+v, want one region from %v", rep.Skipped, want)
+			}
+			if v+1 < len(bs) && rep.Skipped[0].To != bs[v+1].locs[0] && bs[v+1].locs[0].Segment == want.Segment {
+				t.Fatalf("Skipped to %v, want %v", rep.Skipped[0].To, bs[v+1].locs[0])
+			}
+			requireBatches(t, j2, without(bs, v))
+			if _, err := j2.Append(Record{Type: 1, Payload: []byte("x")}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func TestOpen_SegmentLevelDamage(t *testing.T) {
+	fs, j, bs := build(t, Options{}, 300)
+	segs := j.Segments()
+	mustClose(t, j)
+	if len(segs) < 4 {
+		t.Fatalf("need 4 segments, have %d", len(segs))
+	}
+	name := func(id SegmentID) string { return testDir + "/" + id.String() }
+	inSeg := func(id SegmentID) []int {
+		var out []int
+		for i, b := range bs {
+			if b.locs[0].Segment == id {
+				out = append(out, i)
+			}
+		}
+		return out
+	}
+	t.Run("bad header in middle segment", func(t *testing.T) {
+		img := fs.Clone()
+		if err := kdbtest.FlipBit(img, name(segs[1].ID), segOffSeed, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Open(testDir, Options{FS: img, SegmentSize: 64 << 10}); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), segs[1].ID.String()+"@0") {
+			t.Fatalf("Open: %v", err)
+		}
+		j2, rep := openMem(t, img, Options{SkipDamaged: true})
+		defer mustClose(t, j2)
+		if len(rep.Skipped) != 1 || rep.Skipped[0].From != (Location{segs[1].ID, 0}) {
+			t.Fatalf("Skipped: %+v", rep.Skipped)
+		}
+		requireBatches(t, j2, without(bs, inSeg(segs[1].ID)...))
+	})
+	t.Run("missing middle segment", func(t *testing.T) {
+		img := fs.Clone()
+		if err := img.Remove(name(segs[2].ID)); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Open(testDir, Options{FS: img, SegmentSize: 64 << 10}); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Open: %v", err)
+		}
+		j2, rep := openMem(t, img, Options{SkipDamaged: true})
+		defer mustClose(t, j2)
+		if len(rep.Skipped) != 1 || rep.Skipped[0].From.Segment != segs[2].ID {
+			t.Fatalf("Skipped: %+v", rep.Skipped)
+		}
+		requireBatches(t, j2, without(bs, inSeg(segs[2].ID)...))
+	})
+	t.Run("sealed segment cut short", func(t *testing.T) {
+		img := fs.Clone()
+		idx := inSeg(segs[1].ID)
+		cut := bs[idx[len(idx)-1]].locs[0] // drop the last batch and the seal
+		if err := kdbtest.Truncate(img, name(cut.Segment), cut.Offset); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Open(testDir, Options{FS: img, SegmentSize: 64 << 10}); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), cut.String()) {
+			t.Fatalf("Open: %v", err)
+		}
+	})
+	t.Run("torn creation of the last segment is removed", func(t *testing.T) {
+		fs, j, bs := build(t, Options{}, 20)
+		// INVARIANT: no Append is pending, so the committer is idle and
+		// its last use of j.w happened before Append returned.
+		if err := j.rotate(); err != nil {
+			t.Fatal(err)
+		}
+		next := j.w.seg.id
+		img := fs.Clone()
+		mustClose(t, j)
+		if err := kdbtest.ZeroRange(img, name(next), 0, segHeaderSize); err != nil {
+			t.Fatal(err)
+		}
+		j2, rep := openMem(t, img, Options{})
+		if rep.TornAt != (Location{next, 0}) || rep.TornBytesTruncated != 64<<10 {
+			t.Fatalf("report: %+v", rep)
+		}
+		requireBatches(t, j2, bs)
+		if ok, _ := vfs.Exists(img, name(next)); ok {
+			t.Fatalf("torn segment %s not removed", next)
+		}
+		locs, err := j2.Append(Record{Type: 3, Payload: []byte("new")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if locs[0] != (Location{next, segHeaderSize}) {
+			t.Fatalf("append went to %v", locs[0])
+		}
+		mustClose(t, j2)
+		j3, _ := openMem(t, img, Options{})
+		defer mustClose(t, j3)
+		requireBatches(t, j3, append(bs, batch{locs, []Record{{Type: 3, Payload: []byte("new")}}}))
+	})
+	t.Run("header of the last segment damaged with records after it", func(t *testing.T) {
+		img := fs.Clone()
+		last := segs[len(segs)-1].ID
+		if err := kdbtest.FlipBit(img, name(last), 1, 1); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := Open(testDir, Options{FS: img, SegmentSize: 64 << 10}); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("Open: %v", err)
+		}
+	})
+}
