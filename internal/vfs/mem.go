@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"bytes"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -440,10 +441,20 @@ func (n *memNode) setSize(op memOp) {
 // write records an unsynced write and applies it to data.
 //
 // The caller must hold the owning MemFS.mu.
+//
+// A write that starts where the previous pending write ended is coalesced
+// into it (as the page cache would hold both in the same pages), so that
+// sequential appends cost one pending op; a crash then decides once per
+// sector of the merged range.
 func (n *memNode) write(p []byte, off int64) {
-	c := append([]byte(nil), p...)
-	n.pending = append(n.pending, memOp{kind: memWrite, off: off, data: c})
-	n.pendingBytes += int64(len(c))
+	if k := len(n.pending) - 1; k >= 0 && n.pending[k].kind == memWrite &&
+		n.pending[k].off+int64(len(n.pending[k].data)) == off {
+		n.pending[k].data = append(n.pending[k].data, p...)
+	} else {
+		c := append([]byte(nil), p...)
+		n.pending = append(n.pending, memOp{kind: memWrite, off: off, data: c})
+	}
+	n.pendingBytes += int64(len(p))
 	n.data = writeAt(n.data, p, off)
 }
 
@@ -451,7 +462,8 @@ func (n *memNode) write(p []byte, off int64) {
 //
 // The caller must hold the owning MemFS.mu.
 func (n *memNode) sync() {
-	if n.pendingBytes >= int64(len(n.data)) || len(n.pending) > 1024 {
+	// Applying the ops costs pendingBytes; copying costs the file size.
+	if n.pendingBytes >= int64(len(n.data)) {
 		n.synced = append(n.synced[:0], n.data...)
 	} else {
 		for _, op := range n.pending {
@@ -477,7 +489,10 @@ func resize(b []byte, size int64) []byte {
 		clear(b[old:])
 		return b
 	}
-	return append(b, make([]byte, size-old)...)
+	// Double the capacity: files grow by many small appends.
+	nb := make([]byte, size, max(size, 2*int64(cap(b))))
+	copy(nb, b)
+	return nb
 }
 
 func applySize(b []byte, op memOp) []byte {
@@ -757,8 +772,12 @@ func (m *MemFS) Clone() *MemFS {
 		c := &memNode{
 			data:         append([]byte(nil), n.data...),
 			synced:       append([]byte(nil), n.synced...),
-			pending:      append([]memOp(nil), n.pending...), // op data is never mutated
+			pending:      make([]memOp, len(n.pending)),
 			pendingBytes: n.pendingBytes,
+		}
+		for i, op := range n.pending {
+			op.data = bytes.Clone(op.data) // write() appends to the last op's data
+			c.pending[i] = op
 		}
 		seen[n] = c
 		return c
