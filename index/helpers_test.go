@@ -117,7 +117,12 @@ func sortedKeys[V any](m map[string]V) []string {
 // compare checks that s holds exactly m: tree names, Len, every key and
 // value by a forward scan, a backward scan, and Get.
 func compare(s *Store, m model) error {
-	return s.View(func(tx *Tx) error {
+	return s.View(func(tx *Tx) error { return compareTx(tx, m) })
+}
+
+// compareTx checks that tx sees exactly m.
+func compareTx(tx *Tx, m model) error {
+	{
 		names, err := tx.Trees()
 		if err != nil {
 			return err
@@ -174,7 +179,7 @@ func compare(s *Store, m model) error {
 			}
 		}
 		return nil
-	})
+	}
 }
 
 var errTestRollback = errors.New("test: roll back")

@@ -72,6 +72,9 @@ type Store struct {
 		buf      []byte            // scratch of payload size for encoding pages
 		commits  uint64
 		rollback uint64
+		splits   uint64 // node splits (committed or not)
+		lmerges  uint64 // leaf merges
+		bmerges  uint64 // branch merges
 	}
 
 	mu struct {
@@ -322,13 +325,16 @@ type Stats struct {
 	Rollbacks    uint64 // Updates rolled back
 	Readers      int    // Views running
 	PendingPages int    // pages waiting for old Views before they are freed
+	Splits       uint64 // node splits since Open (in committed and rolled back Updates)
+	LeafMerges   uint64 // leaf merges since Open
+	BranchMerges uint64 // branch merges since Open
 }
 
 // Stats returns the store's counters. It waits for a running Update.
 func (s *Store) Stats() Stats {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	st := Stats{Commits: s.w.commits, Rollbacks: s.w.rollback}
+	st := Stats{Commits: s.w.commits, Rollbacks: s.w.rollback, Splits: s.w.splits, LeafMerges: s.w.lmerges, BranchMerges: s.w.bmerges}
 	for _, p := range s.w.pending {
 		st.PendingPages += len(p.ids)
 	}

@@ -288,6 +288,7 @@ func (tx *Tx) split(n *node) (*node, []byte, error) {
 		}
 	}
 	m = max(1, min(m, len(n.ents)-1))
+	tx.s.w.splits++
 	right, err := tx.newNode(n.leaf)
 	if err != nil {
 		return nil, nil, err
@@ -378,6 +379,11 @@ func (tx *Tx) merge(p *node, ci int) (bool, error) {
 		return s <= tx.s.lim.payload
 	}
 	join := func(l, r *node, sep []byte) {
+		if l.leaf {
+			tx.s.w.lmerges++
+		} else {
+			tx.s.w.bmerges++
+		}
 		first := len(l.ents)
 		l.ents = append(l.ents, r.ents...)
 		if !l.leaf {
