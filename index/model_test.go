@@ -222,9 +222,9 @@ func runModel(t *testing.T, seed uint64, pageSize, steps, keys int) int {
 		r.checkStep()
 		switch p := r.rng.IntN(100); {
 		case p < 3:
-			finishReader()
 			r.e.checkpoint()
 			if r.rng.IntN(2) == 0 {
+				finishReader()
 				r.addStats()
 				r.e.reopen()
 				r.checkStep()

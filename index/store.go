@@ -132,24 +132,23 @@ func open(p pager, opts Options) (*Store, error) {
 	if uint64(catalog) >= pc || uint64(head) >= pc || cnt > pc {
 		return nil, corruptf(root, "root page fields (catalog %d, pending %d x %d) beyond page count %d", catalog, head, cnt, pc)
 	}
-	var ids []pagefile.PageID
+	// Page IDs may straddle chain pages: gather the bytes, then decode.
+	var list []byte
 	err = s.walkChain(head, pagePending, cnt*8, func(id pagefile.PageID, data []byte) error {
 		s.w.chain = append(s.w.chain, id)
-		for len(data) >= 8 {
-			pid := pagefile.PageID(le.Uint64(data))
-			if pid < pagefile.FirstDataPage || uint64(pid) >= pc {
-				return corruptf(id, "pending-free list holds %s beyond page count %d", pid, pc)
-			}
-			ids = append(ids, pid)
-			data = data[8:]
-		}
-		if len(data) != 0 {
-			return corruptf(id, "pending-free chain link of %d bytes is not whole page IDs", len(data))
-		}
+		list = append(list, data...)
 		return nil
 	})
 	if err != nil {
 		return nil, err
+	}
+	ids := make([]pagefile.PageID, 0, cnt)
+	for off := 0; off+8 <= len(list); off += 8 {
+		pid := pagefile.PageID(le.Uint64(list[off:]))
+		if pid < pagefile.FirstDataPage || uint64(pid) >= pc {
+			return nil, corruptf(head, "pending-free list entry %d: %s beyond page count %d", off/8, pid, pc)
+		}
+		ids = append(ids, pid)
 	}
 	s.w.rootPage = root
 	if len(ids) > 0 {
