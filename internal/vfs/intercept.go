@@ -156,3 +156,20 @@ func (f *hookFile) Close() error {
 	}
 	return err
 }
+
+// DropUnsynced forwards to the underlying FS's DropUnsynced (MemFS), so
+// that fault injection stacked on an intercepted MemFS can drop pending
+// writes. It is a no-op on other file systems.
+func (h *hookFS) DropUnsynced(name string) {
+	if d, ok := h.fs.(interface{ DropUnsynced(string) }); ok {
+		d.DropUnsynced(name)
+	}
+}
+
+// DropUnsynced forwards to the underlying file's DropUnsynced (a MemFS
+// file). It is a no-op on other files.
+func (f *hookFile) DropUnsynced() {
+	if d, ok := f.f.(interface{ DropUnsynced() }); ok {
+		d.DropUnsynced()
+	}
+}

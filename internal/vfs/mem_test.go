@@ -440,68 +440,106 @@ func TestMemFS_Errors(t *testing.T) {
 	}
 }
 
-// TestMemFS_SyncMatchesModel checks the incremental Sync against a model
-// that copies the whole file at each sync: random writes, truncates,
-// allocates and syncs; after each step the KeepUnsynced=0 image must equal
-// the model's synced bytes and the KeepUnsynced=1 image the model's view.
-func TestMemFS_SyncMatchesModel(t *testing.T) {
-	steps := 300
-	if testing.Short() {
-		steps = 100
-	}
-	rng := rand.New(rand.NewPCG(42, 42))
+// runModel drives one MemFS file with the operations encoded in prog and
+// checks it against a model that copies the whole file at each sync: after
+// each step the view must equal the model's view, the KeepUnsynced=0 image
+// the model's synced bytes, and the KeepUnsynced=1 image the view.
+//
+// Each step takes 5 bytes: kind, then two little-endian uint16 (a, b).
+func runModel(t *testing.T, prog []byte) {
 	m := NewMem()
 	f := create(t, m, "a", nil)
+	defer mustClose(t, f)
 	mustSyncDir(t, m, ".")
 	var view, synced []byte
-	for i := range steps {
-		switch r := rng.IntN(10); {
-		case r < 5:
-			p := make([]byte, rng.IntN(2000)+1)
+	grow := func(end int64) {
+		if end > int64(len(view)) {
+			view = append(view, make([]byte, end-int64(len(view)))...)
+		}
+	}
+	for i := 0; i+5 <= len(prog); i += 5 {
+		kind := prog[i] % 10
+		a := int64(prog[i+1]) | int64(prog[i+2])<<8
+		b := int64(prog[i+3]) | int64(prog[i+4])<<8
+		switch {
+		case kind < 5: // write b%3000+1 bytes at a (may leave a hole)
+			p := make([]byte, b%3000+1)
 			for j := range p {
-				p[j] = byte(rng.Uint32())
+				p[j] = byte(i + j + 1)
 			}
-			off := rng.Int64N(int64(len(view)) + 1000)
-			mustWrite(t, f, p, off)
-			if end := off + int64(len(p)); end > int64(len(view)) {
-				view = append(view, make([]byte, end-int64(len(view)))...)
+			if kind == 0 { // append right after the end: exercises coalescing
+				a = int64(len(view))
 			}
-			copy(view[off:], p)
-		case r < 6:
-			size := rng.Int64N(int64(len(view)) + 100)
-			if err := f.Truncate(size); err != nil {
+			mustWrite(t, f, p, a)
+			grow(a + int64(len(p)))
+			copy(view[a:], p)
+		case kind < 6:
+			if err := f.Truncate(a); err != nil {
 				t.Fatal(err)
 			}
-			if size < int64(len(view)) {
-				view = view[:size:size]
-			} else {
-				view = append(view, make([]byte, size-int64(len(view)))...)
+			if a < int64(len(view)) {
+				view = view[:a:a]
 			}
-		case r < 7:
-			end := rng.Int64N(int64(len(view))+2000) + 1
-			if err := f.Allocate(0, end); err != nil {
+			grow(a)
+		case kind < 7:
+			if err := f.Allocate(a, b+1); err != nil {
 				t.Fatal(err)
 			}
-			if end > int64(len(view)) {
-				view = append(view, make([]byte, end-int64(len(view)))...)
-			}
+			grow(a + b + 1)
 		default:
 			if err := f.Sync(); err != nil {
 				t.Fatal(err)
 			}
 			synced = bytes.Clone(view)
 		}
+		step := i / 5
 		if got := readAll(t, m, "a"); !bytes.Equal(got, view) {
-			t.Fatalf("step %d: view differs from the model", i)
+			t.Fatalf("step %d: view differs from the model", step)
 		}
 		if got := readAll(t, m.CrashClone(CrashOptions{}), "a"); !bytes.Equal(got, synced) {
-			t.Fatalf("step %d: KeepUnsynced=0 image differs from the synced model (len %d vs %d)", i, len(got), len(synced))
+			t.Fatalf("step %d: KeepUnsynced=0 image differs from the synced model (len %d vs %d)", step, len(got), len(synced))
 		}
 		if got := readAll(t, m.CrashClone(CrashOptions{KeepUnsynced: 1}), "a"); !bytes.Equal(got, view) {
-			t.Fatalf("step %d: KeepUnsynced=1 image differs from the view", i)
+			t.Fatalf("step %d: KeepUnsynced=1 image differs from the view", step)
+		}
+		if got := readAll(t, m.Clone().CrashClone(CrashOptions{}), "a"); !bytes.Equal(got, synced) {
+			t.Fatalf("step %d: Clone lost the synced state", step)
 		}
 	}
-	mustClose(t, f)
+}
+
+func TestMemFS_SyncMatchesModel(t *testing.T) {
+	steps := 400
+	if testing.Short() {
+		steps = 100
+	}
+	for seed := range uint64(3) {
+		prog := make([]byte, 5*steps)
+		rng := rand.New(rand.NewPCG(seed, 42))
+		for i := range prog {
+			prog[i] = byte(rng.Uint32())
+		}
+		for i := 1; i < len(prog); i += 5 {
+			prog[i+1] %= 64 // offsets and sizes below 16 KiB
+			prog[i+3] %= 64
+		}
+		runModel(t, prog)
+	}
+}
+
+func FuzzMemFS_Model(f *testing.F) {
+	f.Add([]byte{1, 0, 0, 10, 0, 9, 0, 0, 0, 0, 5, 3, 0, 0, 0})
+	f.Add([]byte{0, 0, 0, 200, 1, 0, 0, 0, 200, 1, 7, 0, 0, 0, 0, 2, 100, 0, 50, 0})
+	f.Fuzz(func(t *testing.T, prog []byte) {
+		if len(prog) > 5*200 {
+			prog = prog[:5*200]
+		}
+		for i := 1; i+4 < len(prog); i += 5 {
+			prog[i+1] %= 64 // keep files below 16 KiB + 3000
+			prog[i+3] %= 64
+		}
+		runModel(t, prog)
+	})
 }
 
 func TestMemFS_Concurrent(t *testing.T) {
@@ -659,4 +697,32 @@ func BenchmarkMemFS_CrashClone(b *testing.B) {
 		_ = m.CrashClone(CrashOptions{KeepUnsynced: 0.5, Seed: 1})
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/1e6, "ms/clone-16MiB")
+}
+
+func TestMemFS_AllocateNeverShrinksImage(t *testing.T) {
+	m := NewMem()
+	f := create(t, m, "a", page(1))
+	mustSyncDir(t, m, ".")
+	if err := f.Truncate(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Allocate(0, 100); err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, f)
+	// Truncate and Allocate are each kept or dropped whole: the image is
+	// page(1) (Allocate alone cannot shrink it), empty, or 100 zeros.
+	seen := map[int]bool{}
+	for seed := range int64(32) {
+		got := readAll(t, m.CrashClone(CrashOptions{KeepUnsynced: 0.5, Seed: seed}), "a")
+		seen[len(got)] = true
+		switch {
+		case bytes.Equal(got, page(1)), len(got) == 0, bytes.Equal(got, make([]byte, 100)):
+		default:
+			t.Fatalf("seed %d: image of %d bytes starting %v", seed, len(got), got[:min(len(got), 8)])
+		}
+	}
+	if len(seen) != 3 {
+		t.Fatalf("sizes seen %v, want all three outcomes over 32 seeds", seen)
+	}
 }

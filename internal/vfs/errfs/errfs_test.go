@@ -241,3 +241,26 @@ func TestFS_FSOps(t *testing.T) {
 		})
 	}
 }
+
+func TestFS_FailedSyncDropsThroughIntercept(t *testing.T) {
+	// errfs stacked on another intercepting layer (as on a kdbtest.Crasher)
+	// still reaches the MemFS file.
+	mem := vfs.NewMem()
+	f := Wrap(vfs.Intercept(mem, func(vfs.Event) error { return nil }), OnNth(vfs.OpSync, 1, ErrInjected))
+	file, err := f.OpenFile("f", os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := file.WriteAt([]byte("lost"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := file.Sync(); !errors.Is(err, ErrInjected) {
+		t.Fatalf("Sync: %v", err)
+	}
+	if got, err := vfs.ReadFile(mem, "f"); err != nil || len(got) != 0 {
+		t.Fatalf("after failed sync: %q, %v; want empty", got, err)
+	}
+	if err := file.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
