@@ -1,0 +1,105 @@
+package journal
+
+import (
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/internal/vfs/errfs"
+)
+
+func TestJournal_RemoveBefore(t *testing.T) {
+	for _, archive := range []string{"", "/archive/j"} {
+		t.Run("archive="+archive, func(t *testing.T) {
+			fs, j, bs := build(t, Options{ArchiveDir: archive}, 300)
+			segs := j.Segments()
+			if len(segs) < 4 {
+				t.Fatalf("need 4 segments, have %d", len(segs))
+			}
+			cut := segs[2].First
+			removed, err := j.RemoveBefore(cut)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := []SegmentID{segs[0].ID, segs[1].ID}; !slices.Equal(removed, want) {
+				t.Fatalf("removed %v, want %v", removed, want)
+			}
+			for _, id := range removed {
+				if ok, _ := vfs.Exists(fs, testDir+"/"+id.String()); ok {
+					t.Fatalf("%s still in the journal directory", id)
+				}
+				inArchive, _ := vfs.Exists(fs, archive+"/"+id.String())
+				if inArchive != (archive != "") {
+					t.Fatalf("%s in archive: %v", id, inArchive)
+				}
+				if _, err := j.Read(Location{id, segHeaderSize}); !errors.Is(err, ErrNotFound) {
+					t.Fatalf("Read of removed segment: %v", err)
+				}
+			}
+			var kept []batch
+			for _, b := range bs {
+				if !b.locs[0].Less(cut) {
+					kept = append(kept, b)
+				}
+			}
+			got := collect(t, j)
+			if len(got) == 0 || got[0].loc != cut {
+				t.Fatalf("iteration starts at %v, want %v", got[0].loc, cut)
+			}
+			if err := j.Iterate(bs[0].locs[0], func(Location, Record) error { return nil }); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Iterate from a removed segment: %v", err)
+			}
+			// Never the active segment, whatever loc says.
+			active := segs[len(segs)-1].ID
+			removed, err = j.RemoveBefore(Location{active + 10, 0})
+			if err != nil || slices.Contains(removed, active) {
+				t.Fatalf("RemoveBefore(past the end): %v %v", removed, err)
+			}
+			if segs2 := j.Segments(); len(segs2) != 1 || segs2[0].ID != active {
+				t.Fatalf("segments left: %+v", segs2)
+			}
+			// The removal is durable: a crash image opens with the same segments.
+			img := fs.CrashClone(vfs.CrashOptions{})
+			mustClose(t, j)
+			j2, rep := openMem(t, img, Options{})
+			defer mustClose(t, j2)
+			if rep.Segments != 1 || len(rep.Skipped) != 0 {
+				t.Fatalf("reopen: %+v", rep)
+			}
+			requireBatches(t, j2, bs[len(bs)-countIn(bs, active):])
+		})
+	}
+}
+
+func countIn(bs []batch, id SegmentID) int {
+	n := 0
+	for _, b := range bs {
+		if b.locs[0].Segment == id {
+			n++
+		}
+	}
+	return n
+}
+
+func TestJournal_RemoveBeforeSyncDirFailureIsSticky(t *testing.T) {
+	mem := vfs.NewMem()
+	efs := errfs.Wrap(mem)
+	j, _ := openMem(t, efs, Options{})
+	for i := 0; i < 200; i++ {
+		if _, err := j.Append(Record{Type: 1, Payload: payload(i, 0, 500)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	efs.AddRule(errfs.FromNth(vfs.OpSyncDir, 1, errfs.ErrInjected)) // counts from now
+	_, err := j.RemoveBefore(j.Tail())
+	if !errors.Is(err, errfs.ErrInjected) || !errors.Is(j.Err(), errfs.ErrInjected) {
+		t.Fatalf("RemoveBefore: %v, Err: %v", err, j.Err())
+	}
+	if _, err := j.Append(Record{Type: 1}); !errors.Is(err, errfs.ErrInjected) {
+		t.Fatalf("Append after failure: %v", err)
+	}
+	if err := j.Close(); !errors.Is(err, errfs.ErrInjected) {
+		t.Fatalf("Close: %v", err)
+	}
+}
