@@ -509,11 +509,14 @@ func runModel(t *testing.T, prog []byte) {
 }
 
 func TestMemFS_SyncMatchesModel(t *testing.T) {
-	steps := 400
-	if testing.Short() {
+	steps, seeds := 400, uint64(3)
+	switch {
+	case testing.Short():
 		steps = 100
+	case os.Getenv("KDB_LONG") != "":
+		steps, seeds = 2000, 50
 	}
-	for seed := range uint64(3) {
+	for seed := range seeds {
 		prog := make([]byte, 5*steps)
 		rng := rand.New(rand.NewPCG(seed, 42))
 		for i := range prog {
