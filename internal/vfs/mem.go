@@ -51,7 +51,8 @@ type MemFS struct {
 
 // memNode is an inode. All fields are guarded by the owning MemFS.mu.
 type memNode struct {
-	dir bool
+	dir  bool
+	perm os.FileMode // as passed at creation
 
 	// Directory.
 	children map[string]*memNode // visible entries
@@ -98,7 +99,7 @@ func NewMem() *MemFS {
 func NewCrashableMem() *MemFS { return NewMem() }
 
 func newDirNode() *memNode {
-	return &memNode{dir: true, children: map[string]*memNode{}, durable: map[string]*memNode{}}
+	return &memNode{dir: true, perm: 0o700, children: map[string]*memNode{}, durable: map[string]*memNode{}}
 }
 
 // splitPath cleans name and returns its components below the root (none for
@@ -180,7 +181,7 @@ func (m *MemFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) 
 	case !ok && flag&os.O_CREATE == 0:
 		return nil, pathErr("open", name, syscall.ENOENT)
 	case !ok:
-		n = &memNode{}
+		n = &memNode{perm: perm.Perm()}
 		dir.children[base] = n
 	}
 	f := &memFile{fs: m, n: n, name: name, flag: flag}
@@ -282,6 +283,7 @@ func (m *MemFS) MkdirAll(dir string, perm os.FileMode) error {
 		c, ok := n.children[p]
 		if !ok {
 			c = newDirNode()
+			c.perm = perm.Perm()
 			n.children[p] = c
 		}
 		if !c.dir {
@@ -335,6 +337,22 @@ func (m *MemFS) Stat(name string) (int64, bool, error) {
 		return 0, true, nil
 	}
 	return int64(len(n.data)), false, nil
+}
+
+// Perm returns the permission bits name was created with (MemFS applies no
+// umask and checks no permissions; tests use it to check what callers ask).
+func (m *MemFS) Perm(name string) (os.FileMode, error) {
+	parts, err := splitPath(name)
+	if err != nil {
+		return 0, pathErr("stat", name, err)
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	n, err := m.lookupLocked(parts)
+	if err != nil {
+		return 0, pathErr("stat", name, err)
+	}
+	return n.perm, nil
 }
 
 // SyncDir makes every entry change in dir (creates, renames, removes,
@@ -697,11 +715,12 @@ func (m *MemFS) CrashClone(o CrashOptions) *MemFS {
 			if !ok {
 				if c.dir {
 					nc = newDirNode()
+					nc.perm = c.perm
 					seen[c] = nc
 					walk(c, nc)
 				} else {
 					img := c.crashImage(rng, o)
-					nc = &memNode{data: img, synced: append([]byte(nil), img...)}
+					nc = &memNode{perm: c.perm, data: img, synced: append([]byte(nil), img...)}
 					seen[c] = nc
 				}
 			}
@@ -760,6 +779,7 @@ func (m *MemFS) Clone() *MemFS {
 		}
 		if n.dir {
 			c := newDirNode()
+			c.perm = n.perm
 			seen[n] = c
 			for k, v := range n.children {
 				c.children[k] = clone(v)
@@ -770,6 +790,7 @@ func (m *MemFS) Clone() *MemFS {
 			return c
 		}
 		c := &memNode{
+			perm:         n.perm,
 			data:         append([]byte(nil), n.data...),
 			synced:       append([]byte(nil), n.synced...),
 			pending:      make([]memOp, len(n.pending)),

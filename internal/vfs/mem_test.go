@@ -729,3 +729,27 @@ func TestMemFS_AllocateNeverShrinksImage(t *testing.T) {
 		t.Fatalf("sizes seen %v, want all three outcomes over 32 seeds", seen)
 	}
 }
+
+func TestMemFS_Perm(t *testing.T) {
+	m := NewMem()
+	mustClose(t, mustOpen(t, m, "a", os.O_RDWR|os.O_CREATE)) // 0600
+	if err := WriteFileAtomic(m, "b", []byte("x"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	l, err := m.Lock("lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, l)
+	mustSyncDir(t, m, ".")
+	for _, fsys := range []*MemFS{m, m.Clone(), m.CrashClone(CrashOptions{})} {
+		for name, want := range map[string]os.FileMode{"a": 0o600, "b": 0o640, "lock": 0o600} {
+			if got, err := fsys.Perm(name); err != nil || got != want {
+				t.Errorf("Perm(%s) = %v, %v; want %v", name, got, err, want)
+			}
+		}
+	}
+	if _, err := m.Perm("missing"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("Perm(missing) = %v", err)
+	}
+}
