@@ -1,6 +1,7 @@
 package kdbtest
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"testing"
@@ -109,5 +110,52 @@ func TestCrasher_LaterOpsFail(t *testing.T) {
 	}
 	if img := c.Image(); img != c.Image() {
 		t.Fatal("Image() after a crash is not the one image")
+	}
+}
+
+// TestCrasher_WriteFileAtomicSweep crashes vfs.WriteFileAtomic at every
+// mutating operation, under several crash options: the name always holds
+// the old content or the new one, never a mix, and the new one once the
+// call has returned.
+func TestCrasher_WriteFileAtomicSweep(t *testing.T) {
+	old := []byte("old content")
+	new := bytes.Repeat([]byte("new!"), 1000) // several sectors
+	opts := []vfs.CrashOptions{
+		{},
+		{KeepUnsynced: 1},
+		{KeepUnsynced: 0.5, Seed: 1},
+		{KeepUnsynced: 0.3, GarbageUnsynced: 0.4, Seed: 2},
+	}
+	for _, o := range opts {
+		sawOld, sawNew := false, false
+		for k := 1; ; k++ {
+			base := vfs.NewMem()
+			if err := vfs.WriteFileAtomic(base, "db.free", old, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			c := CrashAt(base, k, o)
+			err := vfs.WriteFileAtomic(c.FS(), "db.free", new, 0o600)
+			got, rerr := vfs.ReadFile(c.Image(), "db.free")
+			if rerr != nil {
+				t.Fatalf("%+v k=%d: %v", o, k, rerr)
+			}
+			switch {
+			case bytes.Equal(got, old) && c.Crashed():
+				sawOld = true
+			case bytes.Equal(got, new):
+				sawNew = true
+			default:
+				t.Fatalf("%+v k=%d (crashed %v, err %v): db.free is %d bytes, neither old nor new", o, k, c.Crashed(), err, len(got))
+			}
+			if !c.Crashed() {
+				if err != nil || !bytes.Equal(got, new) {
+					t.Fatalf("%+v: finished without crash but err %v, new=%v", o, err, bytes.Equal(got, new))
+				}
+				break
+			}
+		}
+		if !sawOld || !sawNew {
+			t.Fatalf("%+v: sweep saw old %v new %v; want both", o, sawOld, sawNew)
+		}
 	}
 }
