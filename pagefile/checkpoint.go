@@ -168,7 +168,14 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, positions []uint64, i
 		return nil, fmt.Errorf("pagefile: write %s: %w", f.freeName, err)
 	}
 
-	// 2. The batch into db.redo.
+	// 2. The batch into db.redo. db.redo must not be overwritten while
+	// db.data may still depend on it.
+	if f.dataUnsynced {
+		if err := f.sync(f.data, f.dataName); err != nil {
+			return nil, err
+		}
+		f.dataUnsynced = false
+	}
 	head := encodeRedoHead(f.storeID, meta.ID, ps, meta.PageCount, positions)
 	sums := make([]byte, 8*len(positions))
 	for i := range positions {

@@ -48,6 +48,10 @@ type File struct {
 	// dataSize is the size of db.data. Written only under commitMu (and
 	// at Open).
 	dataSize int64
+	// dataUnsynced: Open found db.data equal to a complete db.redo but did
+	// not sync it; the next commit syncs db.data before it overwrites
+	// db.redo. Accessed only under commitMu (and at Open).
+	dataUnsynced bool
 
 	mu struct {
 		sync.RWMutex

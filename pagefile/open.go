@@ -300,13 +300,18 @@ func (o *opener) applyRedo(r vfs.File, h *redoHeader) (Meta, error) {
 		wrote = true
 		f.dataSize = max(f.dataSize, doff+int64(ps))
 	}
-	if !f.opts.ReadOnly {
-		// Sync even when nothing differed: equal bytes may sit unsynced in
-		// the page cache after a process crash.
-		_ = wrote
+	switch {
+	case f.opts.ReadOnly:
+	case wrote:
 		if err := f.data.Sync(); err != nil {
 			return Meta{}, fmt.Errorf("pagefile: sync %s after applying %s: %w", f.dataName, f.redoName, err)
 		}
+	default:
+		// Every image already matched db.data, but the matching bytes may
+		// sit unsynced in the page cache (a process crash during the
+		// in-place write). db.redo still holds them, so the sync can wait
+		// until just before the next checkpoint overwrites db.redo.
+		f.dataUnsynced = true
 	}
 	return meta, nil
 }
