@@ -165,7 +165,7 @@ func TestJournal_CrashAtEveryWrite(t *testing.T) {
 				name := fmt.Sprintf("sync=%s/keep=%g/garbage=%g/seed=%d", policy, so.KeepUnsynced, so.GarbageUnsynced, seed)
 				t.Run(name, func(t *testing.T) {
 					wl.sync = policy
-					crashes, torn, acked := 0, 0, 0
+					crashes, torn, acked, doubled := 0, 0, 0, 0
 					for k := 1; ; k++ {
 						// A fresh seed per crash point: the same seed would
 						// make every image draw the same keep/drop sequence.
@@ -196,11 +196,16 @@ func TestJournal_CrashAtEveryWrite(t *testing.T) {
 							wl.acked = nil
 						}
 						acked += len(wl.acked)
-						if rep := wl.verify(t, c.Image(), fmt.Sprintf("k=%d", k)); rep.TornBytesTruncated > 0 {
+						img := c.Image()
+						pristine := img.Clone()
+						if rep := wl.verify(t, img, fmt.Sprintf("k=%d", k)); rep.TornBytesTruncated > 0 {
 							torn++
+							if torn%4 == 1 || long() {
+								doubled += wl.crashRecovery(t, pristine, so, fmt.Sprintf("k=%d", k))
+							}
 						}
 					}
-					t.Logf("%d crash points, %d torn tails truncated, %d acknowledged batches checked", crashes, torn, acked)
+					t.Logf("%d crash points, %d torn tails truncated, %d acknowledged batches checked, %d crashes during recovery", crashes, torn, acked, doubled)
 					if crashes < 20 {
 						t.Fatalf("only %d crash points", crashes)
 					}
@@ -272,5 +277,28 @@ func TestJournal_InjectedErrorAtEveryOp(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// crashRecovery crashes the recovery of img (a crash image with a torn
+// tail) at each of its mutating operations in turn, and verifies the image
+// of that second crash. It returns the number of crash points.
+func (wl *workload) crashRecovery(t *testing.T, img *vfs.MemFS, so vfs.CrashOptions, what string) int {
+	t.Helper()
+	n := 0
+	for k := 1; ; k++ {
+		so.Seed++
+		c := kdbtest.CrashAt(img.Clone(), k, so)
+		j, _, err := Open(testDir, Options{FS: c.FS(), SegmentSize: wl.segSize})
+		if err == nil {
+			_ = j.Close()
+		} else if !errors.Is(err, kdbtest.ErrCrashed) {
+			t.Fatalf("%s: recovery crashed at %d: open: %v", what, k, err)
+		}
+		if !c.Crashed() {
+			return n
+		}
+		n++
+		wl.verify(t, c.Image(), fmt.Sprintf("%s, recovery crashed at %d", what, k))
 	}
 }

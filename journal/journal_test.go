@@ -155,3 +155,120 @@ func TestJournal_ConcurrentAppend(t *testing.T) {
 		t.Fatalf("Append after Close: %v", err)
 	}
 }
+
+func TestJournal_IterateFrom(t *testing.T) {
+	_, j, bs := build(t, Options{}, 200)
+	defer mustClose(t, j)
+	all := collect(t, j)
+	for _, k := range []int{0, 1, 57, 133, 199} {
+		for i, from := range bs[k].locs {
+			var got []entry
+			if err := j.Iterate(from, func(loc Location, r Record) error {
+				got = append(got, entry{loc, r})
+				return nil
+			}); err != nil {
+				t.Fatalf("Iterate(%v): %v", from, err)
+			}
+			idx := 0
+			for all[idx].loc != from {
+				idx++
+			}
+			if len(got) != len(all)-idx || got[0].loc != from {
+				t.Fatalf("Iterate(%v) (record %d of its batch): %d records, want %d", from, i, len(got), len(all)-idx)
+			}
+		}
+	}
+	// From the start of a segment, and the callback's error stops it.
+	seg := j.Segments()[1]
+	stop := errors.New("stop")
+	n := 0
+	err := j.Iterate(Location{seg.ID, 0}, func(loc Location, r Record) error {
+		if n == 0 && loc != seg.First {
+			t.Fatalf("first record %v, want %v", loc, seg.First)
+		}
+		n++
+		if n == 3 {
+			return stop
+		}
+		return nil
+	})
+	if !errors.Is(err, stop) || n != 3 {
+		t.Fatalf("Iterate: %v after %d", err, n)
+	}
+	if err := j.Iterate(j.Tail(), func(Location, Record) error { return errors.New("record past the tail") }); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestJournal_ConcurrentReadersAndRemoval runs appenders, readers,
+// iterators and RemoveBefore together (meant for -race).
+func TestJournal_ConcurrentReadersAndRemoval(t *testing.T) {
+	j, _ := openMem(t, vfs.NewMem(), Options{SegmentSize: 8192})
+	defer mustClose(t, j)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var acked []entry
+	done := make(chan struct{})
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < 100; i++ {
+				rec := Record{Type: 5, Payload: payload(w, i, 300)}
+				locs, err := j.Append(rec)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				acked = append(acked, entry{locs[0], rec})
+				mu.Unlock()
+			}
+		}()
+	}
+	var rwg sync.WaitGroup
+	for r := 0; r < 3; r++ {
+		rwg.Add(1)
+		go func() {
+			defer rwg.Done()
+			for k := 0; ; k++ {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				mu.Lock()
+				var e entry
+				if len(acked) > 0 {
+					e = acked[(k*7919)%len(acked)]
+				}
+				mu.Unlock()
+				if e.rec.Payload != nil {
+					got, err := j.Read(e.loc)
+					if err == nil && !bytes.Equal(got.Payload, e.rec.Payload) {
+						t.Errorf("Read(%v) returned other bytes", e.loc)
+					} else if err != nil && !errors.Is(err, ErrNotFound) {
+						t.Errorf("Read(%v): %v", e.loc, err)
+					}
+				}
+				if r == 0 {
+					err := j.Iterate(Location{}, func(Location, Record) error { return nil })
+					if err != nil && !errors.Is(err, ErrNotFound) {
+						t.Errorf("Iterate: %v", err)
+					}
+				}
+				if r == 1 && k%10 == 0 {
+					if _, err := j.RemoveBefore(j.Tail()); err != nil {
+						t.Errorf("RemoveBefore: %v", err)
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(done)
+	rwg.Wait()
+	if st := j.Stats(); st.Records != 400 || st.Removed == 0 {
+		t.Fatalf("stats: %+v", st)
+	}
+}

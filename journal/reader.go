@@ -160,6 +160,8 @@ func (j *Journal) findLocked(id SegmentID) *segment {
 // batch are verified before the first of them is passed to fn. Regions
 // skipped by Open (OpenReport.Skipped) are skipped again. Internal records
 // are not delivered. If fn returns an error, Iterate stops and returns it.
+// If RemoveBefore removes a segment Iterate still has to read, Iterate
+// returns an error wrapping ErrNotFound.
 func (j *Journal) Iterate(from Location, fn func(loc Location, r Record) error) error {
 	type span struct {
 		seg *segment
