@@ -47,7 +47,7 @@ type OpenReport struct {
 
 // Stats are counters since Open.
 type Stats struct {
-	Appends   int64 // Append calls (with at least one record), failed ones included
+	Appends   int64 // Append calls that passed validation and were queued, failed ones included
 	Batches   int64 // batches acknowledged
 	Records   int64 // records acknowledged
 	Bytes     int64 // bytes written to segments, frames and headers

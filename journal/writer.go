@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"time"
+
+	"github.com/kdb-project/kdb/internal/invariants"
 )
 
 // run is the committer goroutine: it gathers every queued request into one
@@ -73,6 +75,10 @@ func (j *Journal) commit(reqs []*request) {
 				}
 				start = w.off
 			}
+			// INVARIANT: frames start 8-aligned, synced never passes what
+			// was written, and the batch leaves room for the seal.
+			invariants.Assertf(w.off%recAlign == 0 && w.synced <= w.off && w.off+size+frameSize(0) <= j.opts.SegmentSize,
+				"journal: writer state off=%d synced=%d size=%d", w.off, w.synced, size)
 			r.locs = make([]Location, len(r.recs))
 			for i, rec := range r.recs {
 				var flags uint8
