@@ -753,3 +753,23 @@ func TestMemFS_Perm(t *testing.T) {
 		t.Errorf("Perm(missing) = %v", err)
 	}
 }
+
+func TestMemFS_OSyncWritesAreDurable(t *testing.T) {
+	m := NewMem()
+	for _, c := range []struct {
+		name string
+		flag int
+	}{{"sync", os.O_SYNC}, {"plain", 0}} {
+		f := mustOpen(t, m, c.name, os.O_RDWR|os.O_CREATE|c.flag)
+		mustWrite(t, f, []byte("data"), 0)
+		mustClose(t, f)
+	}
+	mustSyncDir(t, m, ".")
+	img := m.CrashClone(CrashOptions{})
+	if got := readAll(t, img, "sync"); string(got) != "data" {
+		t.Fatalf("O_SYNC write lost: %q", got)
+	}
+	if got := readAll(t, img, "plain"); len(got) != 0 {
+		t.Fatalf("plain unsynced write kept with KeepUnsynced=0: %q", got)
+	}
+}
