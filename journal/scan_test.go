@@ -2,7 +2,9 @@ package journal
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -314,4 +316,56 @@ func TestOpen_SegmentLevelDamage(t *testing.T) {
 			t.Fatalf("Open: %v", err)
 		}
 	})
+}
+
+// TestOpen_OutOfPlaceFrameIsCorrupt: a frame that verifies but does not
+// belong where it is (wrong chain link, batch flags, after a seal) cannot
+// come from a crash, so even at the tail it is ErrCorrupt, not a torn tail.
+func TestOpen_OutOfPlaceFrameIsCorrupt(t *testing.T) {
+	cases := []struct {
+		name  string
+		prev  func(realPrev uint64) uint64
+		flags uint8
+		typ   RecordType
+	}{
+		{"chain broken", func(p uint64) uint64 { return p ^ 1 }, flagBatchBegin | flagBatchEnd, 1},
+		{"no batch begin", func(p uint64) uint64 { return p }, flagBatchEnd, 1},
+		{"internal type inside a batch", func(p uint64) uint64 { return p }, flagBatchBegin, typeCloseMark},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			fs, j, _ := build(t, Options{}, 5)
+			tail := j.Tail()
+			mustClose(t, j) // writes a close mark at tail
+			seg := j.Segments()[len(j.Segments())-1]
+			name := testDir + "/" + seg.ID.String()
+			data, err := vfs.ReadFile(fs, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h, err := decodeSegHeader(data, seg.ID.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			mark := tail.Offset // the close mark's frame
+			realPrev := binary.LittleEndian.Uint64(data[mark+recOffSum:])
+			at := mark + frameSize(0)
+			frame, _ := appendFrame(nil, h.seed, at, tc.prev(realPrev), 0, tc.typ, tc.flags, []byte("stray"))
+			f, err := fs.OpenFile(name, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt(frame, at); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			_ = f.Close()
+			_, _, err = Open(testDir, Options{FS: fs, SegmentSize: 64 << 10})
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), Location{seg.ID, at}.String()) {
+				t.Fatalf("Open: %v, want ErrCorrupt at %v", err, Location{seg.ID, at})
+			}
+		})
+	}
 }
