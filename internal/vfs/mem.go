@@ -694,6 +694,10 @@ type CrashOptions struct {
 	GarbageUnsynced float64
 	// Seed makes the image deterministic.
 	Seed int64
+
+	// Each sector draws one number r in [0,1): kept if r < KeepUnsynced,
+	// garbled if r < KeepUnsynced+GarbageUnsynced, else dropped. So values
+	// outside 0..1, or a sum above 1, saturate rather than fail.
 }
 
 // CrashClone returns the image a power loss would leave now: the durable
