@@ -1,0 +1,197 @@
+package kdb
+
+import (
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/kdb-project/kdb/index"
+	"github.com/kdb-project/kdb/internal/invariants"
+	"github.com/kdb-project/kdb/journal"
+	"github.com/kdb-project/kdb/pagefile"
+)
+
+// Checkpoint writes every change applied so far into db.data (through
+// db.free and db.redo) and then removes the journal segments nobody needs.
+// Reads and writes go on meanwhile. On return the checkpoint is durable.
+func (db *DB) Checkpoint() error {
+	db.mu.Lock()
+	err := db.writableLocked()
+	db.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	return db.checkpoint()
+}
+
+// checkpoint takes a checkpoint: see ARCHITECTURE.md. The index's writer
+// lock is held only while the dirty pages are handed over and the replay
+// position is read; the I/O runs without it.
+//
+// INVARIANT: no page reaches db.data before the journal records it reflects
+// are durable. Under SyncAlways every applied record is durable already; in
+// the other modes the journal is synced before the page file's commit.
+func (db *DB) checkpoint() error {
+	db.ckMu.Lock()
+	defer db.ckMu.Unlock()
+	start := time.Now()
+	var applied journal.Location
+	pagesBefore := db.pf.DirtyCount()
+	err := db.ix.CheckpointWith(func() pagefile.MetaUpdate {
+		applied = db.applied
+		return pagefile.MetaUpdate{
+			ReplaySegment: uint64(applied.Segment),
+			ReplayOffset:  uint64(applied.Offset),
+			App:           encodeAppMeta(applied),
+		}
+	}, func() error {
+		if db.opts.Sync == SyncAlways {
+			if invariants.Enabled {
+				invariants.Assertf(!db.j.Tail().Less(applied), "checkpoint covers %s beyond the journal tail %s", applied, db.j.Tail())
+			}
+			return nil
+		}
+		return db.j.Sync()
+	})
+	if err != nil {
+		return db.fail(fmt.Errorf("checkpoint: %w", err))
+	}
+	d := time.Since(start)
+	jbytes := db.j.Stats().Bytes
+	db.mu.Lock()
+	db.mu.ckApplied = applied
+	db.mu.ckBytes = jbytes
+	db.mu.lastCk = time.Now()
+	s := &db.mu.stats
+	s.Checkpoints++
+	s.CheckpointTime += d
+	s.LastCheckpointTime = d
+	s.CheckpointPages += uint64(pagesBefore)
+	db.mu.ckDone.Broadcast()
+	db.mu.Unlock()
+	return db.gc(applied)
+}
+
+// encodeAppMeta is the root's part of the meta slot (FORMAT.md §5.5): a
+// version byte and the replay position again, so that kdbtool can show it
+// without knowing the page file's field names.
+func encodeAppMeta(applied journal.Location) []byte {
+	b := []byte{1}
+	b = binary.LittleEndian.AppendUint32(b, uint32(applied.Segment))
+	return binary.LittleEndian.AppendUint64(b, uint64(applied.Offset))
+}
+
+// gc removes (or archives) the journal segments that lie wholly before the
+// checkpoint's replay position and hold no value the index still refers to.
+func (db *DB) gc(applied journal.Location) error {
+	limit := applied.Segment
+	if limit <= 1 {
+		return nil
+	}
+	db.gcMu.Lock()
+	defer db.gcMu.Unlock()
+	err := db.ix.View(func(tx *index.Tx) error {
+		t := tx.Tree([]byte(segRefsTree))
+		if t == nil {
+			return nil
+		}
+		k, _, ok := t.Cursor().First()
+		if ok && len(k) == 4 {
+			if seg := journal.SegmentID(binary.BigEndian.Uint32(k)); seg < limit {
+				limit = seg
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return wrapErr(err)
+	}
+	segs := db.j.Segments()
+	if len(segs) == 0 || segs[0].ID >= limit {
+		return nil
+	}
+	removed, err := db.j.RemoveBefore(journal.Location{Segment: limit})
+	db.mu.Lock()
+	db.mu.stats.SegmentsRemoved += uint64(len(removed))
+	db.mu.Unlock()
+	if err != nil {
+		if db.j.Err() != nil {
+			return db.fail(err)
+		}
+		return wrapErr(err)
+	}
+	return nil
+}
+
+// kickCheckpoint wakes the checkpointer without waiting.
+func (db *DB) kickCheckpoint() {
+	select {
+	case db.ckKick <- struct{}{}:
+	default:
+	}
+}
+
+// maybeKickCheckpoint wakes the checkpointer when the journal written or the
+// dirty pages since the last checkpoint pass their thresholds.
+func (db *DB) maybeKickCheckpoint() {
+	if db.checkpointDue(false) {
+		db.kickCheckpoint()
+	}
+}
+
+// checkpointDue reports whether a checkpoint should start now.
+func (db *DB) checkpointDue(timer bool) bool {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.mu.applied == db.mu.ckApplied {
+		return false // nothing new
+	}
+	if db.pf.DirtyCount() >= db.opts.CheckpointDirtyPages {
+		return true
+	}
+	since := db.j.Stats().Bytes - db.mu.ckBytes
+	if since >= db.opts.CheckpointBytes {
+		return true
+	}
+	if t := db.opts.RecoveryTimeTarget; t > 0 {
+		rate := db.mu.replayBps
+		if rate == 0 {
+			rate = defaultReplayRate
+		}
+		if float64(since) >= rate*t.Seconds() {
+			return true
+		}
+	}
+	return timer && db.opts.CheckpointInterval > 0 && time.Since(db.mu.lastCk) >= db.opts.CheckpointInterval
+}
+
+// defaultReplayRate is the replay rate assumed for RecoveryTimeTarget until
+// a recovery on this machine has measured one (bytes per second).
+const defaultReplayRate = 100 << 20
+
+// checkpointer runs checkpoints in the background when they are due.
+func (db *DB) checkpointer() {
+	defer db.wg.Done()
+	tick := time.Second
+	if iv := db.opts.CheckpointInterval; iv > 0 && iv < tick {
+		tick = iv
+	}
+	t := time.NewTicker(tick)
+	defer t.Stop()
+	for {
+		timer := false
+		select {
+		case <-db.quit:
+			return
+		case <-db.ckKick:
+		case <-t.C:
+			timer = true
+		}
+		if db.Err() != nil || !db.checkpointDue(timer) {
+			continue
+		}
+		if err := db.checkpoint(); err != nil {
+			db.opts.Logger.Error("kdb: background checkpoint failed", "err", err)
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package kdb
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/kdb-project/kdb/internal/vfs"
+)
+
+// SyncMode says when an acknowledged write is durable.
+type SyncMode int
+
+const (
+	// SyncAlways (the default): a write returns once it is on disk
+	// (fdatasync); concurrent writes share one fsync. A crash loses nothing
+	// acknowledged.
+	SyncAlways SyncMode = iota
+	// SyncInterval: writes return once written to the OS; the journal is
+	// fsynced every Options.SyncInterval. A crash of the machine (not of the
+	// process) can lose the writes of the last interval.
+	SyncInterval
+	// UnsafeSyncNever: the journal is never fsynced except at checkpoints
+	// and Close. A machine crash can lose everything since the last
+	// checkpoint.
+	UnsafeSyncNever
+)
+
+// Options configures a DB. The zero value (or a nil *Options) is valid and
+// means the defaults.
+type Options struct {
+	// FS is the file system. Default: the operating system's. Tests pass a
+	// crashable in-memory FS.
+	FS vfs.FS
+	// Logger receives the recovery report and events with no caller to
+	// report to. Default: silent.
+	Logger *slog.Logger
+	// ReadOnly opens the store without taking the write lock, running
+	// recovery or writing anything: the state of the last checkpoint plus,
+	// in memory, the journal written since. Default: false.
+	ReadOnly bool
+
+	// PageSize is the page size of a new store (ignored for an existing
+	// one). Default: 4096.
+	PageSize int
+	// SegmentSize is the journal segment size. Default: 32 MiB.
+	SegmentSize int64
+	// Sync is the durability mode. Default: SyncAlways.
+	Sync SyncMode
+	// SyncInterval is the fsync period under SyncInterval. Default: 10ms.
+	SyncInterval time.Duration
+
+	// ValueThreshold: values longer than this stay in the journal and the
+	// index holds their location. Default: 512 bytes. Negative: never.
+	ValueThreshold int
+
+	// CheckpointInterval is the longest time between checkpoints while
+	// there are changes. Default: 1 minute. Negative: no timed checkpoints.
+	CheckpointInterval time.Duration
+	// CheckpointBytes starts a checkpoint once this much journal was
+	// written since the last one. Default: 64 MiB.
+	CheckpointBytes int64
+	// CheckpointDirtyPages starts a checkpoint once this many pages are
+	// dirty in memory (this bounds the memory they use). Writers wait when
+	// twice as many are dirty. Default: 8192 (32 MiB of 4 KiB pages).
+	CheckpointDirtyPages int
+	// RecoveryTimeTarget, if set, makes checkpoints frequent enough that
+	// replaying the journal written since the last one takes about this
+	// long, at the replay rate measured on this machine (at the last
+	// recovery, or by a short calibration). Default: 0, off.
+	RecoveryTimeTarget time.Duration
+
+	// ArchiveDir, if set, receives journal segments that are no longer
+	// needed instead of deleting them. A relative path is inside the
+	// store's directory; it may not escape it. Default: "" (delete).
+	ArchiveDir string
+	// SkipDamagedJournal makes recovery skip damaged journal regions
+	// instead of failing; the recovery report lists what was lost.
+	// Default: false.
+	SkipDamagedJournal bool
+	// ForceFreeListScan ignores db.free and rebuilds the free list by a
+	// scan (benchmarks, kdbtool). Default: false.
+	ForceFreeListScan bool
+	// NoCheckpointOnClose skips the checkpoint Close normally takes, so the
+	// next Open replays the journal (benchmarks, tests). Default: false.
+	NoCheckpointOnClose bool
+}
+
+// Limits on what callers pass in.
+const (
+	// MaxIndexNameSize bounds an index name.
+	MaxIndexNameSize = 255
+	// MaxKeySize bounds a key (the index's node layout allows this much at
+	// the smallest page size the root accepts).
+	MaxKeySize = 512
+	// MaxValueSize bounds a value.
+	MaxValueSize = 8 << 20
+)
+
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.FS == nil {
+		r.FS = vfs.OS
+	}
+	if r.Logger == nil {
+		r.Logger = slog.New(slog.DiscardHandler)
+	}
+	if r.SegmentSize == 0 {
+		r.SegmentSize = 32 << 20
+	}
+	if r.SyncInterval == 0 {
+		r.SyncInterval = 10 * time.Millisecond
+	}
+	if r.ValueThreshold == 0 {
+		r.ValueThreshold = 512
+	}
+	if r.CheckpointInterval == 0 {
+		r.CheckpointInterval = time.Minute
+	}
+	if r.CheckpointBytes == 0 {
+		r.CheckpointBytes = 64 << 20
+	}
+	if r.CheckpointDirtyPages == 0 {
+		r.CheckpointDirtyPages = 8192
+	}
+	return r
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.PageSize != 0 && (o.PageSize < 1024 || o.PageSize > 65536 || o.PageSize&(o.PageSize-1) != 0):
+		return fmt.Errorf("%w: PageSize %d: want a power of two in [1024, 65536]", ErrInvalid, o.PageSize)
+	case o.Sync < SyncAlways || o.Sync > UnsafeSyncNever:
+		return fmt.Errorf("%w: Sync %d", ErrInvalid, o.Sync)
+	case o.SegmentSize < 1<<20:
+		return fmt.Errorf("%w: SegmentSize %d: at least 1 MiB", ErrInvalid, o.SegmentSize)
+	case o.CheckpointDirtyPages < 16:
+		return fmt.Errorf("%w: CheckpointDirtyPages %d: at least 16", ErrInvalid, o.CheckpointDirtyPages)
+	case o.CheckpointBytes < 0:
+		return fmt.Errorf("%w: CheckpointBytes %d", ErrInvalid, o.CheckpointBytes)
+	}
+	return nil
+}

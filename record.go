@@ -1,0 +1,154 @@
+package kdb
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// op is one operation of a batch, as journaled.
+type op struct {
+	kind  byte
+	tree  []byte // full tree name (prefix included)
+	key   []byte
+	value []byte // opPut: the value; opPutJournal: the value, before journaling only
+	ref   int    // opPutJournal: index of its value record among the batch's
+	size  int    // opPutJournal: the value's length, checked against its record
+}
+
+// encodeBatch appends the batch record payload for ops (FORMAT.md §5.2).
+// Values of opPutJournal ops are not in it; they travel as their own recValue
+// records, in op order, just before it.
+func encodeBatch(dst []byte, ops []op) []byte {
+	dst = append(dst, batchVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(ops)))
+	for _, o := range ops {
+		dst = append(dst, o.kind)
+		dst = binary.AppendUvarint(dst, uint64(len(o.tree)))
+		dst = append(dst, o.tree...)
+		if o.kind == opDropTree {
+			continue
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(o.key)))
+		dst = append(dst, o.key...)
+		switch o.kind {
+		case opPut:
+			dst = binary.AppendUvarint(dst, uint64(len(o.value)))
+			dst = append(dst, o.value...)
+		case opPutJournal:
+			dst = binary.AppendUvarint(dst, uint64(o.ref))
+			dst = binary.AppendUvarint(dst, uint64(o.size))
+		}
+	}
+	return dst
+}
+
+// decodeBatch decodes a batch record payload. Slices in the result alias b.
+// nvalues is the number of value records that preceded it in its batch; a
+// reference beyond them is corruption. It never panics and never allocates
+// more than a bounded multiple of len(b).
+func decodeBatch(b []byte, nvalues int) ([]op, error) {
+	d := decoder{b: b}
+	if v := d.byte(); d.err == nil && v != batchVersion {
+		return nil, fmt.Errorf("batch record: version %d, want %d", v, batchVersion)
+	}
+	n := d.uvarint()
+	// Each op takes at least 3 bytes, which bounds the slice we allocate.
+	if d.err == nil && n > uint64(len(b))/3 {
+		return nil, fmt.Errorf("batch record: %d ops cannot fit in %d bytes", n, len(b))
+	}
+	ops := make([]op, 0, n)
+	nextRef := 0
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		var o op
+		o.kind = d.byte()
+		o.tree = d.bytes(d.uvarint())
+		switch o.kind {
+		case opDropTree:
+		case opPut:
+			o.key = d.bytes(d.uvarint())
+			o.value = d.bytes(d.uvarint())
+		case opDelete:
+			o.key = d.bytes(d.uvarint())
+		case opPutJournal:
+			o.key = d.bytes(d.uvarint())
+			ref := d.uvarint()
+			size := d.uvarint()
+			if d.err == nil && (ref != uint64(nextRef) || ref >= uint64(nvalues)) {
+				return nil, fmt.Errorf("batch record: op %d refers to value record %d, want %d of %d", i, ref, nextRef, nvalues)
+			}
+			if d.err == nil && size > MaxValueSize {
+				return nil, fmt.Errorf("batch record: op %d: value size %d", i, size)
+			}
+			o.ref, o.size = int(ref), int(size)
+			nextRef++
+		default:
+			if d.err == nil {
+				return nil, fmt.Errorf("batch record: op %d: unknown kind %d", i, o.kind)
+			}
+		}
+		if d.err == nil && (len(o.tree) == 0 || (o.kind != opDropTree && len(o.key) == 0)) {
+			return nil, fmt.Errorf("batch record: op %d: empty tree name or key", i)
+		}
+		ops = append(ops, o)
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("batch record: %w", d.err)
+	}
+	if d.off != len(b) {
+		return nil, fmt.Errorf("batch record: %d trailing bytes", len(b)-d.off)
+	}
+	if nextRef != nvalues {
+		return nil, fmt.Errorf("batch record: %d value records, %d referenced", nvalues, nextRef)
+	}
+	return ops, nil
+}
+
+// decoder reads bounds-checked fields; after the first error every read
+// returns zero values and err stays set.
+type decoder struct {
+	b   []byte
+	off int
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("truncated %s at offset %d", what, d.off)
+	}
+}
+
+func (d *decoder) byte() byte {
+	if d.err != nil || d.off >= len(d.b) {
+		d.fail("byte")
+		return 0
+	}
+	c := d.b[d.off]
+	d.off++
+	return c
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b[d.off:])
+	if n <= 0 {
+		d.fail("varint")
+		return 0
+	}
+	d.off += n
+	return v
+}
+
+func (d *decoder) bytes(n uint64) []byte {
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)-d.off) {
+		d.fail("bytes")
+		return nil
+	}
+	s := d.b[d.off : d.off+int(n) : d.off+int(n)]
+	d.off += int(n)
+	return s
+}

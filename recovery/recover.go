@@ -1,0 +1,139 @@
+package recovery
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/kdb-project/kdb/index"
+	"github.com/kdb-project/kdb/journal"
+	"github.com/kdb-project/kdb/pagefile"
+)
+
+// Options configures Run. PageFile, Index and Journal are passed through to
+// the packages' Open.
+type Options struct {
+	PageFile pagefile.Options
+	Index    index.Options
+	Journal  journal.Options
+	// Apply applies one journal record to the index inside an Update. It
+	// is called in journal order for every record after the checkpoint's
+	// replay position, and must do exactly what the live write path did.
+	// An error aborts recovery. Records are applied in chunks, one index
+	// Update each, and a chunk may end inside a journal batch: state that
+	// Apply keeps between the records of one batch must live in the
+	// caller's closure. No chunk is ever applied twice.
+	Apply func(tx *index.Tx, loc journal.Location, r journal.Record) error
+	// ReplayFrom converts the checkpoint's meta into the location of the
+	// last record it covers (zero: none).
+	ReplayFrom func(m pagefile.Meta) journal.Location
+	// Checkpoint, if set, is called after replay (when anything was
+	// replayed, the free list was rebuilt, or db.redo was applied) to
+	// write a checkpoint, so that the next crash is cheap. It is not
+	// called when the page file is read-only.
+	Checkpoint func(s *State) error
+	// NoReplay skips the replay (a read-only open sees the last
+	// checkpoint).
+	NoReplay bool
+	// ChunkRecords bounds the records applied in one index Update.
+	// Default: 4096.
+	ChunkRecords int
+}
+
+// State is the opened store.
+type State struct {
+	PageFile *pagefile.File
+	Index    *index.Store
+	Journal  *journal.Journal
+	// LastApplied is the location of the last record applied (the replay
+	// position's record if none were replayed).
+	LastApplied journal.Location
+}
+
+// Close closes the parts in reverse order of opening and returns the first
+// error.
+func (s *State) Close() error {
+	var errs []error
+	if s.Journal != nil {
+		errs = append(errs, s.Journal.Close())
+	}
+	if s.PageFile != nil {
+		errs = append(errs, s.PageFile.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Run opens the store in dir: the page file (newest intact meta, db.redo,
+// the free list trusted or rebuilt), the index, the journal (torn tail
+// truncated), then replays the journal after the checkpoint's replay
+// position, then (optionally) checkpoints. On error everything opened is
+// closed again.
+func Run(dir string, o Options) (*State, *Report, error) {
+	if o.Apply == nil || o.ReplayFrom == nil {
+		return nil, nil, errors.New("recovery: Apply and ReplayFrom are required")
+	}
+	if o.ChunkRecords <= 0 {
+		o.ChunkRecords = 4096
+	}
+	start := time.Now()
+	rep := &Report{}
+	st := &State{}
+	fail := func(err error) (*State, *Report, error) {
+		_ = st.Close()
+		return nil, rep, err
+	}
+
+	t := time.Now()
+	pf, prep, err := pagefile.Open(dir, o.PageFile)
+	rep.PageFileDuration = time.Since(t)
+	if prep != nil {
+		rep.PageFile = *prep
+	}
+	if err != nil {
+		return fail(fmt.Errorf("recovery: page file: %w", err))
+	}
+	st.PageFile = pf
+
+	t = time.Now()
+	ix, err := index.Open(pf, o.Index)
+	rep.IndexDuration = time.Since(t)
+	if err != nil {
+		return fail(fmt.Errorf("recovery: index: %w", err))
+	}
+	st.Index = ix
+
+	t = time.Now()
+	j, jrep, err := journal.Open(dir, o.Journal)
+	rep.JournalDuration = time.Since(t)
+	if jrep != nil {
+		rep.Journal = *jrep
+	}
+	if err != nil {
+		return fail(fmt.Errorf("recovery: journal: %w", err))
+	}
+	st.Journal = j
+
+	t = time.Now()
+	from := o.ReplayFrom(pf.Meta())
+	rep.ReplayFrom = from
+	st.LastApplied = from
+	if !o.NoReplay {
+		if err := replay(st, o, rep, from); err != nil {
+			return fail(err)
+		}
+	}
+	rep.ReplayDuration = time.Since(t)
+
+	needCheckpoint := rep.RecordsReplayed > 0 || rep.PageFile.RedoApplied ||
+		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0
+	if o.Checkpoint != nil && needCheckpoint && !o.PageFile.ReadOnly {
+		t = time.Now()
+		if err := o.Checkpoint(st); err != nil {
+			return fail(fmt.Errorf("recovery: checkpoint: %w", err))
+		}
+		rep.CheckpointDuration = time.Since(t)
+		rep.Checkpointed = true
+	}
+	rep.TotalDuration = time.Since(start)
+	return st, rep, nil
+}

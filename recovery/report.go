@@ -1,0 +1,45 @@
+package recovery
+
+import (
+	"time"
+
+	"github.com/kdb-project/kdb/journal"
+	"github.com/kdb-project/kdb/pagefile"
+)
+
+// Report says what recovery did and how long each phase took. The same
+// report feeds kdbtool and the benchmarks.
+type Report struct {
+	// PageFile is the page file's own report: meta slot, redo, free-list
+	// path and reason, pages scanned.
+	PageFile pagefile.Report
+	// Journal is the journal's open report: tail, torn bytes truncated,
+	// damaged regions skipped.
+	Journal journal.OpenReport
+
+	// ReplayFrom is the last record the checkpoint already covered (zero:
+	// none); replay starts after it.
+	ReplayFrom journal.Location
+	// RecordsReplayed and BytesReplayed count the journal records applied
+	// (and their payload bytes).
+	RecordsReplayed int64
+	BytesReplayed   int64
+	// Checkpointed reports whether recovery ended with a checkpoint.
+	Checkpointed bool
+
+	PageFileDuration   time.Duration // pagefile.Open: meta, redo, free list
+	IndexDuration      time.Duration // index.Open
+	JournalDuration    time.Duration // journal.Open: segment scan, tail repair
+	ReplayDuration     time.Duration // applying the journal
+	CheckpointDuration time.Duration // the closing checkpoint
+	TotalDuration      time.Duration
+}
+
+// ReplayRate returns the replay throughput in bytes per second, or 0 when too
+// little was replayed to tell.
+func (r *Report) ReplayRate() float64 {
+	if r.BytesReplayed < 1<<20 || r.ReplayDuration <= 0 {
+		return 0
+	}
+	return float64(r.BytesReplayed) / r.ReplayDuration.Seconds()
+}

@@ -1,0 +1,83 @@
+package kdb
+
+import (
+	"time"
+
+	"github.com/kdb-project/kdb/recovery"
+)
+
+// RecoveryReport says what Open did to bring the store back.
+type RecoveryReport struct {
+	// FreeListPath is "trusted" (db.free intact and matching the
+	// metadata), "scanned" (rebuilt by reading every page header) or
+	// "created" (a new store). Reason says why the scan was taken.
+	FreeListPath string
+	Reason       string
+	PagesScanned uint64
+	FreePages    uint64
+	// CheckpointID is the checkpoint the store was opened at.
+	CheckpointID string
+	// RedoApplied reports that db.redo completed an interrupted
+	// checkpoint (RedoPages page images).
+	RedoApplied bool
+	RedoPages   int
+
+	// ReplayFrom is the last journal record the checkpoint covered.
+	ReplayFrom      string
+	RecordsReplayed int64
+	BytesReplayed   int64
+	// TornBytesTruncated bytes of a torn journal tail were cut at TornAt.
+	TornBytesTruncated int64
+	TornAt             string
+	// Skipped lists journal regions lost to damage (SkipDamagedJournal).
+	Skipped []string
+	// Checkpointed reports that recovery ended with a checkpoint.
+	Checkpointed bool
+
+	PageFileTime   time.Duration // meta, redo and free list
+	FreeListTime   time.Duration // of which the free list
+	JournalTime    time.Duration // journal open: segment scan and tail repair
+	ReplayTime     time.Duration
+	CheckpointTime time.Duration
+	TotalTime      time.Duration
+}
+
+func newRecoveryReport(r *recovery.Report) RecoveryReport {
+	out := RecoveryReport{
+		FreeListPath:       r.PageFile.FreeListPath,
+		Reason:             r.PageFile.Reason,
+		PagesScanned:       r.PageFile.PagesScanned,
+		FreePages:          r.PageFile.FreePages,
+		CheckpointID:       r.PageFile.MetaID.String(),
+		RedoApplied:        r.PageFile.RedoApplied,
+		RedoPages:          r.PageFile.RedoPages,
+		ReplayFrom:         r.ReplayFrom.String(),
+		RecordsReplayed:    r.RecordsReplayed,
+		BytesReplayed:      r.BytesReplayed,
+		TornBytesTruncated: r.Journal.TornBytesTruncated,
+		Checkpointed:       r.Checkpointed,
+		PageFileTime:       r.PageFileDuration,
+		FreeListTime:       r.PageFile.FreeListDuration,
+		JournalTime:        r.JournalDuration,
+		ReplayTime:         r.ReplayDuration,
+		CheckpointTime:     r.CheckpointDuration,
+		TotalTime:          r.TotalDuration,
+	}
+	if r.Journal.TornBytesTruncated > 0 {
+		out.TornAt = r.Journal.TornAt.String()
+	}
+	for _, d := range r.Journal.Skipped {
+		out.Skipped = append(out.Skipped, d.From.String()+".."+d.To.String()+": "+d.Reason)
+	}
+	return out
+}
+
+// logAttrs returns the report as slog attributes.
+func (r RecoveryReport) logAttrs() []any {
+	return []any{
+		"free_list_path", r.FreeListPath, "reason", r.Reason, "pages_scanned", r.PagesScanned,
+		"checkpoint", r.CheckpointID, "redo_applied", r.RedoApplied,
+		"records_replayed", r.RecordsReplayed, "bytes_truncated", r.TornBytesTruncated,
+		"duration", r.TotalTime,
+	}
+}
