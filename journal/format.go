@@ -16,6 +16,7 @@ const FormatVersion = 1
 const (
 	segmentPrefix = "db-"
 	segmentSuffix = ".log"
+	tmpSuffix     = ".tmp" // db-<N>.log.tmp: a segment being created; removed by Open
 )
 
 // Segment header: FORMAT.md §J.2. These values are part of the on-disk

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -107,9 +108,22 @@ func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
 		return nil, 0, fmt.Errorf("journal: open %s: %w", j.dir, err)
 	}
 	var ids []SegmentID
+	removedTmp := false
 	for _, n := range names {
 		if id, ok := parseSegmentName(n); ok {
 			ids = append(ids, id)
+		} else if _, ok := parseSegmentName(strings.TrimSuffix(n, tmpSuffix)); ok && n != strings.TrimSuffix(n, tmpSuffix) && !j.opts.ReadOnly {
+			// A segment whose creation did not finish: never renamed, so
+			// never written to.
+			if err := fsys.Remove(filepath.Join(j.dir, n)); err != nil {
+				return nil, 0, fmt.Errorf("journal: remove %s: %w", n, err)
+			}
+			removedTmp = true
+		}
+	}
+	if removedTmp {
+		if err := fsys.SyncDir(j.dir); err != nil {
+			return nil, 0, fmt.Errorf("journal: sync %s: %w", j.dir, err)
 		}
 	}
 	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })

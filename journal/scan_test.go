@@ -369,3 +369,33 @@ func TestOpen_OutOfPlaceFrameIsCorrupt(t *testing.T) {
 		})
 	}
 }
+
+func TestOpen_RemovesUnfinishedSegmentTemp(t *testing.T) {
+	fs, j, bs := build(t, Options{}, 10)
+	mustClose(t, j)
+	stray := testDir + "/db-2.log.tmp"
+	if err := vfs.WriteFileAtomic(fs, stray, make([]byte, 100), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other := testDir + "/notes.tmp"
+	if err := vfs.WriteFileAtomic(fs, other, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ro, _, err := Open(testDir, Options{FS: fs, SegmentSize: 64 << 10, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustClose(t, ro)
+	if ok, _ := vfs.Exists(fs, stray); !ok {
+		t.Fatal("ReadOnly Open removed a file")
+	}
+	j2, _ := openMem(t, fs, Options{})
+	defer mustClose(t, j2)
+	if ok, _ := vfs.Exists(fs.CrashClone(vfs.CrashOptions{}), stray); ok {
+		t.Fatal("unfinished segment temp file not removed durably")
+	}
+	if ok, _ := vfs.Exists(fs, other); !ok {
+		t.Fatal("Open removed a file that is not the journal's")
+	}
+	requireBatches(t, j2, bs)
+}

@@ -3,7 +3,9 @@ package journal
 import (
 	"crypto/rand"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"time"
 
@@ -215,11 +217,16 @@ func (j *Journal) rotate() error {
 	return nil
 }
 
-// createSegment creates db-<id>.log: preallocated, header written, file and
-// directory synced. On return it is durable. A failure fails the journal.
+// createSegment creates db-<id>.log atomically: it writes db-<id>.log.tmp
+// (preallocated, header written, synced), renames it to its name and syncs
+// the directory, so the name never refers to a segment without a valid
+// header (STYLE.md §7's idiom; vfs.WriteFileAtomic cannot preallocate). It
+// refuses to replace an existing segment. On return the segment is durable.
+// A failure fails the journal.
 func (j *Journal) createSegment(id SegmentID) (*segment, error) {
-	fs := j.opts.FS
+	fsys := j.opts.FS
 	name := j.path(id)
+	tmp := name + tmpSuffix
 	failed := func(what string, err error) (*segment, error) {
 		return nil, j.fail(fmt.Errorf("journal: create %s: %s: %w", id, what, err))
 	}
@@ -227,13 +234,18 @@ func (j *Journal) createSegment(id SegmentID) (*segment, error) {
 	if _, err := rand.Read(sb[:]); err != nil {
 		return failed("seed", err)
 	}
-	hdr := encodeSegHeader(segHeader{id: id, seed: binary.LittleEndian.Uint64(sb[:]), created: time.Now().UnixNano()})
-	f, err := fs.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	seed := binary.LittleEndian.Uint64(sb[:])
+	hdr := encodeSegHeader(segHeader{id: id, seed: seed, created: time.Now().UnixNano()})
+	if _, _, err := fsys.Stat(name); err == nil {
+		return failed("exists", fs.ErrExist)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return failed("stat", err)
+	}
+	f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return failed("open", err)
 	}
-	seg := &segment{id: id, name: name, f: f, size: j.opts.SegmentSize, end: segHeaderSize, last: -1}
-	seg.seed = binary.LittleEndian.Uint64(sb[:])
+	seg := &segment{id: id, seed: seed, name: name, f: f, size: j.opts.SegmentSize, end: segHeaderSize, last: -1}
 	steps := []struct {
 		what string
 		do   func() error
@@ -241,7 +253,8 @@ func (j *Journal) createSegment(id SegmentID) (*segment, error) {
 		{"allocate", func() error { return f.Allocate(0, j.opts.SegmentSize) }},
 		{"write header", func() error { _, err := f.WriteAt(hdr, 0); return err }},
 		{"sync", f.Sync},
-		{"sync dir", func() error { return fs.SyncDir(j.dir) }},
+		{"rename", func() error { return fsys.Rename(tmp, name) }},
+		{"sync dir", func() error { return fsys.SyncDir(j.dir) }},
 	}
 	for _, st := range steps {
 		if err := st.do(); err != nil {
