@@ -46,11 +46,10 @@ func (s *Store) writeChainLocked(typ pagefile.PageType, data []byte, alloc func(
 			next = ids[i+1]
 		}
 		chunk := data[min(i*per, len(data)):min((i+1)*per, len(data))]
-		clear(b)
 		binary.LittleEndian.PutUint64(b[offChainNext:], uint64(next))
 		binary.LittleEndian.PutUint32(b[offChainLen:], uint32(len(chunk)))
 		copy(b[chainHeaderSize:], chunk)
-		if err := s.pf.Write(id, typ, b); err != nil {
+		if err := s.pf.Write(id, typ, b[:chainHeaderSize+len(chunk)]); err != nil {
 			return 0, ids, fmt.Errorf("index: write chain %s: %w", id, err)
 		}
 	}

@@ -61,8 +61,8 @@ func (n *node) typ() pagefile.PageType {
 	return pageBranch
 }
 
-// encode writes n into buf (at least n.size() bytes) and zeroes the rest of
-// buf. It returns buf.
+// encode writes n into buf (at least n.size() bytes) and returns the
+// encoded bytes, buf[:n.size()].
 func (n *node) encode(buf []byte) []byte {
 	le := binary.LittleEndian
 	cnt := len(n.ents)
@@ -99,8 +99,7 @@ func (n *node) encode(buf []byte) []byte {
 			off += copy(buf[off:], key)
 		}
 	}
-	clear(buf[off:])
-	return buf
+	return buf[:off]
 }
 
 func corruptf(id pagefile.PageID, format string, args ...any) error {

@@ -37,10 +37,9 @@ func TestNode_EncodeDecodeRoundTrip(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			buf := make([]byte, 512)
-			tc.n.encode(buf)
-			if sz := tc.n.size(); bytes.ContainsFunc(buf[sz:], func(r rune) bool { return r != 0 }) {
-				t.Fatalf("bytes after size %d not zero", sz)
+			buf := tc.n.encode(make([]byte, 512))
+			if len(buf) != tc.n.size() {
+				t.Fatalf("encoded %d bytes, size() %d", len(buf), tc.n.size())
 			}
 			got, err := decodeNode(7, tc.n.typ(), buf)
 			if err != nil {

@@ -302,7 +302,7 @@ func (s *Store) prepareLocked(u pagefile.MetaUpdate) (func() error, error) {
 		}
 		s.w.rootPage = id
 	}
-	b := s.w.buf
+	b := s.w.buf[:rootSize]
 	clear(b)
 	le := binary.LittleEndian
 	le.PutUint32(b[offRootMagic:], rootMagic)
