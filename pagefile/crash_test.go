@@ -226,3 +226,62 @@ func TestFile_CrashAfterUnsyncedRecovery(t *testing.T) {
 	}
 	crashLoop(t, base, ref, 2, 2, vfs.CrashOptions{KeepUnsynced: 0})
 }
+
+// TestFile_CrashDuringCreation crashes the creation of a store and its
+// first checkpoint at every mutating operation: the image reopens (or is
+// created afresh) to the empty store or to the first checkpoint, whole.
+func TestFile_CrashDuringCreation(t *testing.T) {
+	for _, o := range []vfs.CrashOptions{{KeepUnsynced: 0}, {KeepUnsynced: 0.5, GarbageUnsynced: 0.2, Seed: 3}} {
+		sawNew, sawEmpty := false, false
+		for k := 1; ; k++ {
+			c := kdbtest.CrashAt(vfs.NewMem(), k, o)
+			f, _, err := Open("/db", Options{FS: c.FS(), PageSize: 512})
+			if err == nil {
+				first, aerr := f.AllocateRun(5)
+				for id := first; aerr == nil && id < first+5; id++ {
+					aerr = f.Write(id, testType, payloadFor(id, 1, 60))
+				}
+				if aerr == nil {
+					err = f.Checkpoint(MetaUpdate{Root: first})
+				} else {
+					err = aerr
+				}
+				_ = f.Close()
+			}
+			done := !c.Crashed()
+			if done && err != nil {
+				t.Fatalf("k=%d: no crash, error %v", k, err)
+			}
+			g, rep, err := Open("/db", Options{FS: c.Image()})
+			if err != nil {
+				t.Fatalf("k=%d: reopen: %v", k, err)
+			}
+			s := captureState(t, g)
+			switch {
+			case s.meta.Seq == 0 && s.meta.PageCount == uint64(FirstDataPage) && len(s.pages) == 0 && len(s.free) == 0:
+				sawEmpty = true
+			case s.meta.Seq == 1 && s.meta.PageCount == uint64(FirstDataPage)+5 && len(s.pages) == 5 && s.meta.Root == FirstDataPage:
+				sawNew = true
+				for id, v := range s.pages {
+					if v.payload != string(payloadFor(id, 1, 60)) {
+						t.Fatalf("k=%d: %v holds %q", k, id, v.payload)
+					}
+				}
+			default:
+				t.Fatalf("k=%d: reopened %v, report %+v", k, s, rep)
+			}
+			if done && s.meta.Seq != 1 {
+				t.Fatalf("completed run reopened %v", s)
+			}
+			if err := g.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if done {
+				break
+			}
+		}
+		if !sawEmpty || !sawNew {
+			t.Fatalf("%+v: saw empty %v, new %v", o, sawEmpty, sawNew)
+		}
+	}
+}
