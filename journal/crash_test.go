@@ -23,6 +23,10 @@ type workload struct {
 	writers, batches int // per writer
 	segSize          int64
 	sync             SyncPolicy
+	remove           bool // writer 0 calls RemoveBefore its own latest segment now and then
+
+	maxCut      SegmentID // highest RemoveBefore cut requested: batches before it may be gone
+	removedSeen int       // acknowledged batches found removed by verify
 
 	mu    sync.Mutex
 	acked map[[2]int][]Location // (writer, batch) -> locations
@@ -47,6 +51,7 @@ func wlBatchLen(w, b int) int { return (w+b)%3 + 1 }
 // the errors seen.
 func (wl *workload) run(j *Journal) []error {
 	wl.acked = map[[2]int][]Location{}
+	wl.maxCut = 0
 	var wg sync.WaitGroup
 	errs := make([]error, wl.writers)
 	for w := 0; w < wl.writers; w++ {
@@ -70,7 +75,17 @@ func (wl *workload) run(j *Journal) []error {
 				}
 				wl.mu.Lock()
 				wl.acked[[2]int{w, b}] = locs
+				cut := wl.remove && w == 0 && b%3 == 2
+				if cut {
+					wl.maxCut = max(wl.maxCut, locs[0].Segment)
+				}
 				wl.mu.Unlock()
+				if cut {
+					if _, err := j.RemoveBefore(Location{locs[0].Segment, 0}); err != nil {
+						errs[w] = err
+						return
+					}
+				}
 			}
 		}()
 	}
@@ -131,6 +146,10 @@ func (wl *workload) verify(t *testing.T, fs vfs.FS, what string) *OpenReport {
 	}
 	for key, locs := range wl.acked {
 		got, ok := found[key]
+		if !ok && locs[0].Segment < wl.maxCut {
+			wl.removedSeen++
+			continue // removed, or not yet durably removed: both fine
+		}
 		if !ok {
 			t.Fatalf("%s: acknowledged batch %v at %v lost", what, key, locs[0])
 		}
@@ -154,7 +173,7 @@ func TestJournal_CrashAtEveryWrite(t *testing.T) {
 		{KeepUnsynced: 0.5, GarbageUnsynced: 0},
 		{KeepUnsynced: 0.5, GarbageUnsynced: 0.2},
 	}
-	wl := &workload{writers: 4, batches: 8, segSize: 4096}
+	wl := &workload{writers: 4, batches: 8, segSize: 4096, remove: true}
 	seeds := 1
 	if long() {
 		wl.batches, seeds = 30, 4
@@ -166,6 +185,7 @@ func TestJournal_CrashAtEveryWrite(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					wl.sync = policy
 					crashes, torn, acked, doubled := 0, 0, 0, 0
+					wl.removedSeen = 0
 					for k := 1; ; k++ {
 						// A fresh seed per crash point: the same seed would
 						// make every image draw the same keep/drop sequence.
@@ -211,6 +231,9 @@ func TestJournal_CrashAtEveryWrite(t *testing.T) {
 					}
 					if so.KeepUnsynced > 0 && so.KeepUnsynced < 1 && torn == 0 {
 						t.Fatalf("no crash image had a torn tail: the sweep does not test truncation")
+					}
+					if policy == SyncAlways && wl.removedSeen == 0 {
+						t.Fatalf("no crash image showed a removal: RemoveBefore is not exercised")
 					}
 					if policy == SyncAlways && acked == 0 {
 						t.Fatalf("no acknowledged batch was checked")
