@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -219,6 +220,9 @@ func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
 	if size == 0 {
 		return meta, slot, nil
 	}
+	// Streamed twice (checked, then applied) through small buffers: fresh
+	// large buffers cost more in page faults than the second pass costs in
+	// copies from the page cache.
 	h, err := decodeRedo(r, size, f.redoName)
 	if errors.Is(err, errRedoIncomplete) {
 		rep.RedoIgnored = err.Error()
@@ -252,7 +256,7 @@ func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
 // applyRedo checks every image of the batch and writes the ones that differ
 // from db.data in place, then syncs db.data; when ReadOnly it keeps them in
 // f.mu.overlay instead. It returns the batch's meta.
-func (o *opener) applyRedo(r vfs.File, h *redoHeader) (Meta, error) {
+func (o *opener) applyRedo(r io.ReaderAt, h *redoHeader) (Meta, error) {
 	f := o.f
 	ps := f.pageSize
 	var meta Meta

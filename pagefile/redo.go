@@ -57,7 +57,7 @@ func redoTrailer(head []byte, imageSums []byte) []byte {
 var errRedoIncomplete = errors.New("pagefile: db.redo incomplete")
 
 // redoChunk is how many bytes of images decodeRedo reads at once.
-const redoChunk = 1 << 20
+const redoChunk = 64 << 10
 
 // decodeRedo reads and checks db.redo (size bytes readable through r). An
 // incomplete batch gives an error wrapping errRedoIncomplete; a complete
