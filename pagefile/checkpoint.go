@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 
+	"github.com/kdb-project/kdb/internal/invariants"
 	"github.com/kdb-project/kdb/internal/vfs"
 )
 
@@ -53,6 +54,12 @@ func (f *File) PrepareCheckpoint(u MetaUpdate) (*Checkpoint, error) {
 			break
 		}
 		return nil, fmt.Errorf("pagefile: checkpoint: %d allocated pages never written (e.g. %v)", len(f.mu.unwritten), some)
+	}
+	if invariants.Enabled {
+		for id, d := range f.mu.dirty {
+			invariants.Assertf((d.typ == PageFree) == f.mu.free.contains(id),
+				"%v: dirty page of type %d, on the free list: %v", id, d.typ, f.mu.free.contains(id))
+		}
 	}
 	u.App = bytes.Clone(u.App)
 	cp := &Checkpoint{

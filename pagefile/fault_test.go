@@ -93,6 +93,9 @@ func TestFile_CheckpointFaultAtEveryOp(t *testing.T) {
 			if _, err := f.Allocate(); !errors.Is(err, ErrFailed) {
 				t.Fatalf("%s: Allocate after failure: %v", what, err)
 			}
+			if err := f.Write(FirstDataPage, testType, nil); !errors.Is(err, ErrFailed) {
+				t.Fatalf("%s: Write after failure: %v", what, err)
+			}
 			if err := f.Free(FirstDataPage); !errors.Is(err, ErrFailed) {
 				t.Fatalf("%s: Free after failure: %v", what, err)
 			}

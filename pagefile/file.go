@@ -210,7 +210,7 @@ func (f *File) Read(id PageID) (PageType, []byte, error) {
 	}
 	if img := f.mu.overlay[id]; img != nil {
 		plen := int(binary.LittleEndian.Uint32(img[pgPayloadLen:]))
-		return PageType(img[pgType]), img[pageHeaderSize : pageHeaderSize+plen], nil
+		return PageType(img[pgType]), img[pageHeaderSize : pageHeaderSize+plen : pageHeaderSize+plen], nil
 	}
 	ps := int64(f.pageSize)
 	off := int64(id) * ps
@@ -224,7 +224,7 @@ func (f *File) Read(id PageID) (PageType, []byte, error) {
 			v.setVerified(id)
 		}
 		plen := int(binary.LittleEndian.Uint32(b[pgPayloadLen:]))
-		return PageType(b[pgType]), b[pageHeaderSize : pageHeaderSize+plen], nil
+		return PageType(b[pgType]), b[pageHeaderSize : pageHeaderSize+plen : pageHeaderSize+plen], nil
 	}
 	b := make([]byte, ps)
 	if err := readFull(f.data, b, off); err != nil {
@@ -234,7 +234,7 @@ func (f *File) Read(id PageID) (PageType, []byte, error) {
 	if err != nil {
 		return 0, nil, err
 	}
-	return h.typ, b[pageHeaderSize : pageHeaderSize+h.payloadLen], nil
+	return h.typ, b[pageHeaderSize : pageHeaderSize+h.payloadLen : pageHeaderSize+h.payloadLen], nil
 }
 
 // readFull reads len(b) bytes at off; a short read is io.ErrUnexpectedEOF.
@@ -275,10 +275,11 @@ func (f *File) Write(id PageID, typ PageType, payload []byte) error {
 	if len(payload) > f.PayloadSize() {
 		return fmt.Errorf("%w: write %v: payload %d bytes > %d", ErrOutOfRange, id, len(payload), f.PayloadSize())
 	}
-	d := &dirtyPage{typ: typ, payload: bytes.Clone(payload)}
-	if d.payload == nil {
-		d.payload = []byte{}
-	}
+	// A fresh copy, capacity capped so that an append by a reader cannot
+	// reach shared bytes.
+	p := make([]byte, len(payload))
+	copy(p, payload)
+	d := &dirtyPage{typ: typ, payload: p[:len(p):len(p)]}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.writableLocked(); err != nil {
