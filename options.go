@@ -135,8 +135,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: PageSize %d: want a power of two in [1024, 65536]", ErrInvalid, o.PageSize)
 	case o.Sync < SyncAlways || o.Sync > UnsafeSyncNever:
 		return fmt.Errorf("%w: Sync %d", ErrInvalid, o.Sync)
-	case o.SegmentSize < 1<<20:
-		return fmt.Errorf("%w: SegmentSize %d: at least 1 MiB", ErrInvalid, o.SegmentSize)
+	case o.SegmentSize < 64<<10 || o.SegmentSize > 1<<30:
+		return fmt.Errorf("%w: SegmentSize %d: want 64 KiB to 1 GiB", ErrInvalid, o.SegmentSize)
 	case o.CheckpointDirtyPages < 16:
 		return fmt.Errorf("%w: CheckpointDirtyPages %d: at least 16", ErrInvalid, o.CheckpointDirtyPages)
 	case o.CheckpointBytes < 0:

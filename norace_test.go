@@ -1,0 +1,5 @@
+//go:build !race
+
+package kdb_test
+
+const raceEnabled = false
