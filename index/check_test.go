@@ -146,3 +146,37 @@ func TestStore_CheckFindsDamage(t *testing.T) {
 		})
 	}
 }
+
+func TestOpen_RejectsDamagedRootPage(t *testing.T) {
+	tests := []struct {
+		name   string
+		damage func(b []byte) []byte
+		want   error
+	}{
+		{"bad magic", func(b []byte) []byte { b[0] ^= 1; return b }, ErrCorrupt},
+		{"future version", func(b []byte) []byte { b[offRootVersion] = 2; return b }, ErrVersionMismatch},
+		{"short", func(b []byte) []byte { return b[:rootSize-1] }, ErrCorrupt},
+		{"catalog beyond page count", func(b []byte) []byte { b[offRootCatalog+7] = 0x40; return b }, ErrCorrupt},
+		{"pending count without chain", func(b []byte) []byte { b[offRootPendingCount] = 3; return b }, ErrCorrupt},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			e := fillEnv(t)
+			root := e.pf.Meta().Root
+			_, p, err := e.pf.Read(root)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := tc.damage(append([]byte(nil), p...))
+			if err := e.pf.Write(root, pageRoot, b); err != nil {
+				t.Fatal(err)
+			}
+			if err := e.pf.Checkpoint(pagefile.MetaUpdate{Root: root}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Open(e.pf, Options{}); !errors.Is(err, tc.want) {
+				t.Fatalf("Open = %v, want %v", err, tc.want)
+			}
+		})
+	}
+}

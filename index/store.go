@@ -129,7 +129,8 @@ func open(p pager, opts Options) (*Store, error) {
 	head := pagefile.PageID(le.Uint64(b[offRootPendingHead:]))
 	cnt := le.Uint64(b[offRootPendingCount:])
 	pc := uint64(p.PageCount())
-	if uint64(catalog) >= pc || uint64(head) >= pc || cnt > pc {
+	badID := func(id pagefile.PageID) bool { return id != 0 && (id < pagefile.FirstDataPage || uint64(id) >= pc) }
+	if badID(catalog) || badID(head) || cnt > pc {
 		return nil, corruptf(root, "root page fields (catalog %d, pending %d x %d) beyond page count %d", catalog, head, cnt, pc)
 	}
 	// Page IDs may straddle chain pages: gather the bytes, then decode.
@@ -346,9 +347,10 @@ func (s *Store) Stats() Stats {
 	return st
 }
 
-// pageErr wraps an error of pf.Read.
+// pageErr wraps an error of pf.Read. A page that fails its checksum, or a
+// page ID read from disk that lies outside the page file, is corruption.
 func pageErr(id pagefile.PageID, err error) error {
-	if errors.Is(err, pagefile.ErrCorrupt) {
+	if errors.Is(err, pagefile.ErrCorrupt) || errors.Is(err, pagefile.ErrOutOfRange) {
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	}
 	return fmt.Errorf("index: read %s: %w", id, err)
