@@ -78,25 +78,53 @@ type dirtyPage struct {
 }
 
 // view is one read mapping of db.data (mm == nil: read with ReadAt).
+//
+// verified is a bitmap of the pages of mm whose checksum passed, in chunks
+// allocated on first use, so that mapping a large file costs O(1) here.
 type view struct {
 	mm       []byte
-	verified []atomic.Uint64 // bit i: page i of mm passed its checksum
+	verified []atomic.Pointer[verifyChunk]
 }
+
+// verifyChunkPages is the number of pages one bitmap chunk covers.
+const verifyChunkPages = 1 << 15
+
+type verifyChunk [verifyChunkPages / 64]atomic.Uint64
 
 func newView(mm []byte, pageSize int) *view {
 	n := len(mm) / pageSize
-	return &view{mm: mm, verified: make([]atomic.Uint64, (n+63)/64)}
+	return &view{mm: mm, verified: make([]atomic.Pointer[verifyChunk], (n+verifyChunkPages-1)/verifyChunkPages)}
+}
+
+func (v *view) chunk(id PageID, create bool) *verifyChunk {
+	i := int(id / verifyChunkPages)
+	if i >= len(v.verified) {
+		return nil
+	}
+	c := v.verified[i].Load()
+	if c == nil && create {
+		if v.verified[i].CompareAndSwap(nil, new(verifyChunk)) {
+			return v.verified[i].Load()
+		}
+		c = v.verified[i].Load()
+	}
+	return c
 }
 
 func (v *view) isVerified(id PageID) bool {
-	return v.verified[id/64].Load()&(1<<(id%64)) != 0
+	c := v.chunk(id, false)
+	return c != nil && c[id%verifyChunkPages/64].Load()&(1<<(id%64)) != 0
 }
 
-func (v *view) setVerified(id PageID) { v.verified[id/64].Or(1 << (id % 64)) }
+func (v *view) setVerified(id PageID) {
+	if c := v.chunk(id, true); c != nil {
+		c[id%verifyChunkPages/64].Or(1 << (id % 64))
+	}
+}
 
 func (v *view) clearVerified(id PageID) {
-	if w := int(id / 64); w < len(v.verified) {
-		v.verified[w].And(^uint64(1 << (id % 64)))
+	if c := v.chunk(id, false); c != nil {
+		c[id%verifyChunkPages/64].And(^uint64(1 << (id % 64)))
 	}
 }
 

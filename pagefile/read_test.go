@@ -81,3 +81,41 @@ func BenchmarkRead(b *testing.B) {
 		})
 	}
 }
+
+func TestView_VerifiedBitmap(t *testing.T) {
+	const ps = 512
+	mm := make([]byte, (2*verifyChunkPages+10)*ps)
+	v := newView(mm, ps)
+	ids := []PageID{0, 63, 64, verifyChunkPages - 1, verifyChunkPages, 2*verifyChunkPages + 9}
+	for _, id := range ids {
+		if v.isVerified(id) {
+			t.Fatalf("%v verified before set", id)
+		}
+		v.setVerified(id)
+	}
+	for _, id := range ids {
+		if !v.isVerified(id) || v.isVerified(id+1) && !containsID(ids, id+1) {
+			t.Fatalf("%v: bit wrong after set", id)
+		}
+	}
+	v.clearVerified(64)
+	if v.isVerified(64) || !v.isVerified(63) {
+		t.Fatal("clear touched the wrong bit")
+	}
+	// Beyond the mapping: ignored, never verified.
+	far := PageID(3*verifyChunkPages + 5)
+	v.setVerified(far)
+	v.clearVerified(far)
+	if v.isVerified(far) {
+		t.Fatal("a page beyond the mapping reads as verified")
+	}
+}
+
+func containsID(ids []PageID, id PageID) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
