@@ -273,3 +273,59 @@ func TestCursor_SeekAndBothDirections(t *testing.T) {
 		return c.Err()
 	})
 }
+
+// TestTree_DeleteGivesPagesBack: deleting most keys merges nodes and frees
+// their pages; deleting all leaves the tree without pages.
+func TestTree_DeleteGivesPagesBack(t *testing.T) {
+	e := newMemEnv(t, 512)
+	const n = 5000
+	e.update(func(tx *Tx) error {
+		tr, err := tx.CreateTree([]byte("t"))
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			if err := tr.Put(fmt.Appendf(nil, "key%06d", i*7919%n), []byte("value-value")); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	full := e.check()
+	if full.LeafFill < 0.5 {
+		t.Fatalf("after random inserts: leaf fill %.2f", full.LeafFill)
+	}
+	e.update(func(tx *Tx) error {
+		tr := tx.Tree([]byte("t"))
+		for i := range n {
+			if i%50 == 0 {
+				continue
+			}
+			if ok, err := tr.Delete(fmt.Appendf(nil, "key%06d", i)); err != nil || !ok {
+				return fmt.Errorf("delete %d: %v %v", i, ok, err)
+			}
+		}
+		return nil
+	})
+	thin := e.check()
+	t.Logf("full: %d pages, leaf fill %.2f; 2%% left: %d pages, leaf fill %.2f", full.ReachablePages, full.LeafFill, thin.ReachablePages, thin.LeafFill)
+	if thin.Keys != n/50 || thin.ReachablePages > full.ReachablePages/10 || thin.LeafFill < 0.25 {
+		t.Fatalf("after deleting 98%%: %+v (full: %+v)", thin, full)
+	}
+	e.update(func(tx *Tx) error {
+		tr := tx.Tree([]byte("t"))
+		for i := 0; i < n; i += 50 {
+			if ok, err := tr.Delete(fmt.Appendf(nil, "key%06d", i)); err != nil || !ok {
+				return fmt.Errorf("delete %d: %v %v", i, ok, err)
+			}
+		}
+		if tr.root != 0 || tr.Len() != 0 {
+			return fmt.Errorf("empty tree: root %v, Len %d", tr.root, tr.Len())
+		}
+		return nil
+	})
+	empty := e.check()
+	if empty.ReachablePages != 1 || empty.LeafPages != 1 { // the catalog leaf
+		t.Fatalf("after deleting all: %+v", empty)
+	}
+}
