@@ -222,8 +222,8 @@ func (c *checker) walkNode(id pagefile.PageID, lo, hi []byte, depth int, leafDep
 		c.problem(err)
 		return
 	}
-	if sz := n.size(); sz > len(p) {
-		c.problem(corruptf(id, "node of %d bytes in a payload of %d", sz, len(p)))
+	if sz := n.size(); sz > c.s.lim.payload {
+		c.problem(corruptf(id, "node of %d bytes exceeds the payload capacity %d", sz, c.s.lim.payload))
 	}
 	for i := range n.ents {
 		k := n.ents[i].key
@@ -237,7 +237,7 @@ func (c *checker) walkNode(id pagefile.PageID, lo, hi []byte, depth int, leafDep
 	if n.leaf {
 		c.rep.LeafPages++
 		c.leafUsed += uint64(n.size())
-		c.leafBytes += uint64(len(p))
+		c.leafBytes += uint64(c.s.lim.payload)
 		if *leafDepth < 0 {
 			*leafDepth = depth
 		} else if *leafDepth != depth {
