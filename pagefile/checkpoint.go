@@ -3,6 +3,7 @@ package pagefile
 import (
 	"bytes"
 	"cmp"
+	"encoding/binary"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -239,6 +240,17 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, positions []uint64, i
 	}
 	if err := f.sync(f.data, f.dataName); err != nil {
 		return nil, err
+	}
+	// 4. Mark db.redo applied, without a sync: the mark is written only
+	// after db.data's sync returned, so if it survives a crash, db.data
+	// holds the batch; if it is lost, Open re-applies the batch.
+	if !f.opts.UnsafeNoSync {
+		var mark [4]byte
+		binary.LittleEndian.PutUint32(mark[:], redoAppliedMagic)
+		moff := toff + trailerApplied
+		if _, err := f.redo.WriteAt(mark[:], moff); err != nil {
+			return nil, fmt.Errorf("pagefile: write %s@%d: %w", f.redoName, moff, err)
+		}
 	}
 	if grew {
 		// The checkpoint is durable; a mapping failure still fails the

@@ -90,7 +90,7 @@ func TestFile_MetaSlots(t *testing.T) {
 		wantRedo bool
 		wantErr  error
 	}{
-		{"intact", func(*vfs.MemFS) error { return nil }, 2, true, nil},
+		{"intact: db.redo marked applied, not read", func(*vfs.MemFS) error { return nil }, 2, false, nil},
 		{"newest slot damaged, redo repairs it", func(fsys *vfs.MemFS) error {
 			return kdbtest.FlipBit(fsys, "/db/db.data", metaSlotPage*ps+metaSeq, 1)
 		}, 2, true, nil},
@@ -102,6 +102,13 @@ func TestFile_MetaSlots(t *testing.T) {
 		}, 1, false, nil},
 		{"older slot damaged", func(fsys *vfs.MemFS) error {
 			return kdbtest.ZeroRange(fsys, "/db/db.data", (metaSlotPage+1)*ps, ps)
+		}, 2, false, nil},
+		{"applied mark lost: re-applied", func(fsys *vfs.MemFS) error {
+			size, _, err := fsys.Stat("/db/db.redo")
+			if err != nil {
+				return err
+			}
+			return kdbtest.ZeroRange(fsys, "/db/db.redo", size-redoTrailerSize+trailerApplied, 4)
 		}, 2, true, nil},
 		{"both damaged, no redo", func(fsys *vfs.MemFS) error {
 			if err := fsys.Remove("/db/db.redo"); err != nil {

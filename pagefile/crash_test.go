@@ -1,6 +1,7 @@
 package pagefile
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -20,7 +21,7 @@ const crashRounds = 4
 // mutating operations when it returned. states[0] is the state at open.
 type reference struct {
 	states    []storeState
-	redoWrite []int // the last write to db.redo of checkpoint i
+	redoWrite []int // the last write of checkpoint i's batch to db.redo (its trailer)
 	redoSync  []int
 	end       []int
 	total     int
@@ -36,8 +37,8 @@ func runReference(t *testing.T, base *vfs.MemFS, rounds int, seed uint64) refere
 			if e.Op == vfs.OpSync && strings.HasSuffix(e.Path, redoFileName) {
 				lastRedoSync = muts
 			}
-			if e.Op == vfs.OpWrite && strings.HasSuffix(e.Path, redoFileName) {
-				lastRedoWrite = muts
+			if e.Op == vfs.OpTruncate && strings.HasSuffix(e.Path, redoFileName) {
+				lastRedoWrite = muts - 1 // the trailer write precedes the truncate
 			}
 		}
 		return nil
@@ -188,9 +189,9 @@ func crashLoop(t *testing.T, base *vfs.MemFS, ref reference, rounds int, seed ui
 	return seen
 }
 
-// lyingFS makes Sync of db.data a no-op that reports success, leaving its
-// writes pending: the state a process crash during a checkpoint's in-place
-// write leaves (the bytes are in the page cache, not on disk).
+// lyingFS fails Sync of db.data without syncing or dropping anything: the
+// state a process crash at the in-place sync of a checkpoint leaves (the
+// bytes are in the page cache, not on disk, and the commit went no further).
 type lyingFS struct{ vfs.FS }
 
 type lyingFile struct{ vfs.File }
@@ -203,7 +204,9 @@ func (l lyingFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, er
 	return lyingFile{f}, nil
 }
 
-func (lyingFile) Sync() error { return nil }
+var errProcessCrash = errors.New("test: process crash at the db.data sync")
+
+func (lyingFile) Sync() error { return errProcessCrash }
 
 // TestFile_CrashAfterUnsyncedRecovery: a checkpoint's in-place writes reach
 // only the page cache (process crash before the db.data sync); the reopen
@@ -212,17 +215,24 @@ func (lyingFile) Sync() error { return nil }
 // before db.redo is overwritten.
 func TestFile_CrashAfterUnsyncedRecovery(t *testing.T) {
 	base := newBase(t, crashTestOpts, 20)
+	// The checkpoint as it completes normally...
+	g, _ := mustOpen(t, base.Clone(), crashTestOpts)
+	if err := workload(g, 1, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+	want := captureState(t, g)
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// ...and interrupted at the db.data sync.
 	f, _ := mustOpen(t, lyingFS{base}, crashTestOpts)
-	if err := workload(f, 1, 1, nil); err != nil {
-		t.Fatal(err)
+	if err := workload(f, 1, 1, nil); !errors.Is(err, errProcessCrash) {
+		t.Fatalf("workload: %v", err)
 	}
-	want := captureState(t, f)
-	if err := f.Close(); err != nil {
-		t.Fatal(err)
-	}
+	_ = f.Close()
 	ref := runReference(t, base, 2, 2)
-	if d := equalState(ref.states[0], want, true); d != "" {
-		t.Fatalf("reopen after the unsynced checkpoint: %s", d)
+	if d := equalState(ref.states[0], want, false); d != "" {
+		t.Fatalf("reopen after the interrupted checkpoint: %s", d)
 	}
 	crashLoop(t, base, ref, 2, 2, vfs.CrashOptions{KeepUnsynced: 0})
 }

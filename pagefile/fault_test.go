@@ -46,8 +46,8 @@ func TestFile_CheckpointFaultAtEveryOp(t *testing.T) {
 			if op == vfs.OpSync && strings.HasSuffix(path, redoFileName) {
 				redoSync = n
 			}
-			if op == vfs.OpWrite && strings.HasSuffix(path, redoFileName) {
-				redoWrite = n
+			if op == vfs.OpTruncate && strings.HasSuffix(path, redoFileName) {
+				redoWrite = n - 1 // the trailer write precedes the truncate
 			}
 			return nil
 		})

@@ -105,11 +105,13 @@ const (
 	// trailer.
 
 	trailerMagicOff = 0 // uint32: redoTrailerMagic
+	trailerApplied  = 4 // uint32: redoAppliedMagic once db.data holds the batch durably, else 0; not checksummed
 	trailerChecksum = 8 // uint64: xxhash64 of every byte before the trailer
 	redoTrailerSize = 16
 
 	redoMagic        = 0x5242444b // "KDBR"
 	redoTrailerMagic = 0x4542444b // "KDBE"
+	redoAppliedMagic = 0x454e4f44 // "DONE"
 )
 
 // File names inside the store directory.

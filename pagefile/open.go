@@ -220,6 +220,10 @@ func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
 	if size == 0 {
 		return meta, slot, nil
 	}
+	if redoAlreadyApplied(r, size, f.storeID, meta.ID) {
+		rep.RedoIgnored = fmt.Sprintf("db.redo already applied (checkpoint %v)", meta.ID)
+		return meta, slot, nil
+	}
 	// Streamed twice (checked, then applied) through small buffers: fresh
 	// large buffers cost more in page faults than the second pass costs in
 	// copies from the page cache.

@@ -51,6 +51,35 @@ func redoTrailer(head []byte, imageSums []byte) []byte {
 	return t
 }
 
+// redoAlreadyApplied reports, from the header and trailer alone, whether
+// db.redo (size bytes) is the batch of checkpoint id marked applied: then
+// db.data holds it durably and the batch need not be read. Any doubt gives
+// false (and the batch is checked and re-applied as usual).
+func redoAlreadyApplied(r io.ReaderAt, size int64, storeID [16]byte, id CheckpointID) bool {
+	if size < redoHeaderSize+redoTrailerSize {
+		return false
+	}
+	hb := make([]byte, redoHeaderSize)
+	tb := make([]byte, redoTrailerSize)
+	if _, err := r.ReadAt(hb, 0); err != nil {
+		return false
+	}
+	if _, err := r.ReadAt(tb, size-redoTrailerSize); err != nil {
+		return false
+	}
+	ps := int(binary.LittleEndian.Uint32(hb[redoPageSize:]))
+	count := binary.LittleEndian.Uint64(hb[redoCount:])
+	var sid [16]byte
+	copy(sid[:], hb[redoStoreID:])
+	var rnd [8]byte
+	copy(rnd[:], hb[redoRand:])
+	return binary.LittleEndian.Uint32(hb[redoMagicOff:]) == redoMagic &&
+		validPageSize(ps) && count <= uint64(size)/uint64(ps) && redoSize(int(count), ps) == size &&
+		sid == storeID && binary.LittleEndian.Uint64(hb[redoSeq:]) == id.Seq && rnd == id.Rand &&
+		binary.LittleEndian.Uint32(tb[trailerMagicOff:]) == redoTrailerMagic &&
+		binary.LittleEndian.Uint32(tb[trailerApplied:]) == redoAppliedMagic
+}
+
 // errRedoIncomplete marks a db.redo that is not a complete batch (empty,
 // short, torn, or failing its checksum): it is ignored, not an error,
 // because a crash while writing it leaves db.data untouched.
