@@ -95,6 +95,9 @@ func newLimits(payload int) limits {
 	}
 }
 
+// maxName is the longest tree name: its catalog entry fits a cell inline.
+func (l limits) maxName() int { return l.maxCell - leafCellHeader - catalogEntrySize }
+
 // inline reports whether a key/value pair is stored inline in its leaf cell.
 func (l limits) inline(klen, vlen int) bool {
 	return leafCellHeader+klen+vlen <= l.maxCell

@@ -176,6 +176,12 @@ func TestTree_Limits(t *testing.T) {
 		if _, err := tx.CreateTree(nil); !errors.Is(err, ErrKeyTooLarge) {
 			return fmt.Errorf("empty name: %v", err)
 		}
+		if _, err := tx.CreateTree(make([]byte, e.s.MaxKeySize()-7)); !errors.Is(err, ErrKeyTooLarge) {
+			return fmt.Errorf("long name: %v", err)
+		}
+		if _, err := tx.CreateTree(bytes.Repeat([]byte{'n'}, e.s.MaxKeySize()-8)); err != nil {
+			return fmt.Errorf("longest name: %v", err)
+		}
 		if err := tr.Put(bytes.Repeat([]byte{'k'}, e.s.MaxKeySize()), bytes.Repeat([]byte{'v'}, 100000)); err != nil {
 			return err
 		}
@@ -183,7 +189,7 @@ func TestTree_Limits(t *testing.T) {
 	})
 	e.checkpoint()
 	e.reopen()
-	if err := compare(e.s, model{"t": {
+	if err := compare(e.s, model{string(bytes.Repeat([]byte{'n'}, 990)): {}, "t": {
 		string(bytes.Repeat([]byte{'k'}, 998)): string(bytes.Repeat([]byte{'v'}, 100000)),
 		"":                                     "empty key",
 	}}); err != nil {

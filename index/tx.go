@@ -570,8 +570,8 @@ func (tx *Tx) addTree(t *Tree) {
 }
 
 func (tx *Tx) checkName(name []byte) error {
-	if len(name) == 0 || len(name) > tx.s.lim.maxKey {
-		return fmt.Errorf("%w: tree name of %d bytes (1..%d)", ErrKeyTooLarge, len(name), tx.s.lim.maxKey)
+	if max := tx.s.lim.maxName(); len(name) == 0 || len(name) > max {
+		return fmt.Errorf("%w: tree name of %d bytes (1..%d)", ErrKeyTooLarge, len(name), max)
 	}
 	return nil
 }
@@ -595,7 +595,8 @@ func (tx *Tx) OpenTree(name []byte) (*Tree, error) {
 }
 
 // CreateTree creates an empty tree called name. It returns ErrExists if the
-// name is taken, ErrKeyTooLarge if name is empty or longer than MaxKeySize.
+// name is taken, ErrKeyTooLarge if name is empty or longer than
+// MaxKeySize-8 (its catalog entry must fit a leaf cell inline).
 func (tx *Tx) CreateTree(name []byte) (*Tree, error) {
 	if err := tx.usable(true); err != nil {
 		return nil, err
