@@ -3,6 +3,7 @@ package pagefile
 import (
 	"bytes"
 	"crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -313,6 +314,13 @@ func (o *opener) applyRedo(r io.ReaderAt, h *redoHeader) (Meta, error) {
 	case wrote:
 		if err := f.data.Sync(); err != nil {
 			return Meta{}, fmt.Errorf("pagefile: sync %s after applying %s: %w", f.dataName, f.redoName, err)
+		}
+		// As at the end of a checkpoint: mark the batch applied (no sync).
+		var mark [4]byte
+		binary.LittleEndian.PutUint32(mark[:], redoAppliedMagic)
+		moff := redoSize(len(h.positions), h.pageSize) - redoTrailerSize + trailerApplied
+		if _, err := f.redo.WriteAt(mark[:], moff); err != nil {
+			return Meta{}, fmt.Errorf("pagefile: write %s@%d: %w", f.redoName, moff, err)
 		}
 	default:
 		// Every image already matched db.data, but the matching bytes may
