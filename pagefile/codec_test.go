@@ -2,6 +2,7 @@ package pagefile
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"flag"
@@ -206,7 +207,11 @@ func FuzzDecodeRedo(f *testing.F) {
 	f.Add(good)
 	f.Add(good[:redoHeaderSize+24])
 	f.Add(good[:len(good)-redoTrailerSize])
+	marked := bytes.Clone(good)
+	binary.LittleEndian.PutUint32(marked[len(marked)-redoTrailerSize+trailerApplied:], redoAppliedMagic)
+	f.Add(marked)
 	f.Fuzz(func(t *testing.T, b []byte) {
+		_ = redoAlreadyApplied(bytes.NewReader(b), int64(len(b)), goldenStoreID, goldenID) // must not panic
 		h, err := decodeRedo(bytes.NewReader(b), int64(len(b)), "db.redo")
 		if err != nil {
 			if !isDecodeError(err) {
@@ -218,4 +223,35 @@ func FuzzDecodeRedo(f *testing.F) {
 			t.Fatalf("accepted a redo of the wrong size")
 		}
 	})
+}
+
+func TestRedoAlreadyApplied(t *testing.T) {
+	good := goldenRedo()
+	marked := bytes.Clone(good)
+	binary.LittleEndian.PutUint32(marked[len(marked)-redoTrailerSize+trailerApplied:], redoAppliedMagic)
+	other := goldenID
+	other.Rand[0]++
+	tests := []struct {
+		name string
+		b    []byte
+		id   CheckpointID
+		want bool
+	}{
+		{"unmarked", good, goldenID, false},
+		{"marked", marked, goldenID, true},
+		{"marked, other checkpoint", marked, other, false},
+		{"marked, truncated", marked[:len(marked)-1], goldenID, false},
+		{"marked, empty", nil, goldenID, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := redoAlreadyApplied(bytes.NewReader(tc.b), int64(len(tc.b)), goldenStoreID, tc.id); got != tc.want {
+				t.Fatalf("got %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// The mark is outside the checksum: a marked batch still decodes.
+	if _, err := decodeRedo(bytes.NewReader(marked), int64(len(marked)), "db.redo"); err != nil {
+		t.Fatal(err)
+	}
 }
