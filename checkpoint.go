@@ -37,12 +37,15 @@ func (db *DB) checkpoint() error {
 	start := time.Now()
 	var applied journal.Location
 	pagesBefore := db.pf.DirtyCount()
+	db.mu.Lock()
+	rate := db.mu.replayBps
+	db.mu.Unlock()
 	err := db.ix.CheckpointWith(func() pagefile.MetaUpdate {
 		applied = db.applied
 		return pagefile.MetaUpdate{
 			ReplaySegment: uint64(applied.Segment),
 			ReplayOffset:  uint64(applied.Offset),
-			App:           encodeAppMeta(applied),
+			App:           appMeta{replayBps: uint64(rate)}.encode(),
 		}
 	}, func() error {
 		if db.opts.Sync == SyncAlways {
@@ -72,13 +75,34 @@ func (db *DB) checkpoint() error {
 	return db.gc(applied)
 }
 
-// encodeAppMeta is the root's part of the meta slot (FORMAT.md §5.5): a
-// version byte and the replay position again, so that kdbtool can show it
-// without knowing the page file's field names.
-func encodeAppMeta(applied journal.Location) []byte {
-	b := []byte{1}
-	b = binary.LittleEndian.AppendUint32(b, uint32(applied.Segment))
-	return binary.LittleEndian.AppendUint64(b, uint64(applied.Offset))
+// appMeta is the root's part of the meta slot (FORMAT.md §5.5).
+type appMeta struct {
+	// replayBps is the journal replay rate (bytes/s) measured by the last
+	// recovery that replayed enough to tell; 0 if none has. It sizes
+	// checkpoints for Options.RecoveryTimeTarget across restarts.
+	replayBps uint64
+}
+
+const (
+	appMetaVersion = 1
+	appMetaSize    = 1 + 8 // version u8, replayBps u64
+)
+
+func (m appMeta) encode() []byte {
+	b := []byte{appMetaVersion}
+	return binary.LittleEndian.AppendUint64(b, m.replayBps)
+}
+
+// decodeAppMeta decodes the root's meta bytes. Empty bytes (a new store) are
+// the zero appMeta.
+func decodeAppMeta(b []byte) (appMeta, error) {
+	if len(b) == 0 {
+		return appMeta{}, nil
+	}
+	if len(b) != appMetaSize || b[0] != appMetaVersion {
+		return appMeta{}, fmt.Errorf("%w: db.data meta: root bytes of length %d, version %d", ErrCorrupt, len(b), b[0])
+	}
+	return appMeta{replayBps: binary.LittleEndian.Uint64(b[1:])}, nil
 }
 
 // gc removes (or archives) the journal segments that lie wholly before the

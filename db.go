@@ -143,8 +143,9 @@ func Open(dir string, opts *Options) (*DB, error) {
 		Apply:      replay.apply,
 		NoReplay:   o.ReadOnly,
 		ReplayFrom: replayFrom,
-		Checkpoint: func(st *recovery.State) error {
+		Checkpoint: func(st *recovery.State, rep *recovery.Report) error {
 			db.pf, db.ix, db.j, db.applied = st.PageFile, st.Index, st.Journal, st.LastApplied
+			db.setReplayRate(rep)
 			return db.checkpoint()
 		},
 	})
@@ -154,7 +155,11 @@ func Open(dir string, opts *Options) (*DB, error) {
 	}
 	db.pf, db.ix, db.j, db.applied = st.PageFile, st.Index, st.Journal, st.LastApplied
 	db.recovery = newRecoveryReport(rep)
-	db.mu.replayBps = rep.ReplayRate()
+	if err := db.setReplayRate(rep); err != nil {
+		_ = st.Close()
+		db.unlock()
+		return nil, err
+	}
 	db.mu.ckApplied = db.applied
 	db.mu.applied = db.applied
 	db.mu.ckBytes = db.j.Stats().Bytes
@@ -171,6 +176,22 @@ func Open(dir string, opts *Options) (*DB, error) {
 		go db.checkpointer()
 	}
 	return db, nil
+}
+
+// setReplayRate sets the replay rate used by RecoveryTimeTarget: the one
+// this recovery measured, else the one the last checkpoint recorded.
+func (db *DB) setReplayRate(rep *recovery.Report) error {
+	am, err := decodeAppMeta(db.pf.Meta().App)
+	if err != nil {
+		return err
+	}
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	db.mu.replayBps = float64(am.replayBps)
+	if r := rep.ReplayRate(); r > 0 {
+		db.mu.replayBps = r
+	}
+	return nil
 }
 
 // replayFrom turns the checkpoint's meta into the location of the last

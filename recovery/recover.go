@@ -30,8 +30,9 @@ type Options struct {
 	// Checkpoint, if set, is called after replay (when anything was
 	// replayed, the free list was rebuilt, or db.redo was applied) to
 	// write a checkpoint, so that the next crash is cheap. It is not
-	// called when the page file is read-only.
-	Checkpoint func(s *State) error
+	// called when the page file is read-only. rep is the report so far
+	// (replay figures included).
+	Checkpoint func(s *State, rep *Report) error
 	// NoReplay skips the replay (a read-only open sees the last
 	// checkpoint).
 	NoReplay bool
@@ -128,7 +129,7 @@ func Run(dir string, o Options) (*State, *Report, error) {
 		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0
 	if o.Checkpoint != nil && needCheckpoint && !o.PageFile.ReadOnly {
 		t = time.Now()
-		if err := o.Checkpoint(st); err != nil {
+		if err := o.Checkpoint(st, rep); err != nil {
 			return fail(fmt.Errorf("recovery: checkpoint: %w", err))
 		}
 		rep.CheckpointDuration = time.Since(t)

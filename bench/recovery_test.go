@@ -1,0 +1,66 @@
+package bench
+
+import (
+	"os"
+	"testing"
+	"time"
+
+	"github.com/kdb-project/kdb"
+)
+
+var sizes = []struct {
+	name  string
+	bytes int64
+	big   bool
+}{
+	{"256MiB", 256 << 20, false},
+	{"1GiB", 1 << 30, false},
+	{"4GiB", 4 << 30, true},
+}
+
+// BenchmarkRecovery reopens a store after a crash that left 8 MiB of journal
+// to replay, trusting db.free or forcing the page scan. Each iteration
+// writes the journal (not timed), then times kdb.Open: page file, free
+// list, journal scan, replay and the closing checkpoint.
+func BenchmarkRecovery(b *testing.B) {
+	for _, sz := range sizes {
+		for _, free := range []string{"trusted", "scan"} {
+			b.Run("size="+sz.name+"/free="+free, func(b *testing.B) {
+				if sz.big && os.Getenv("KDB_BENCH_BIG") == "" {
+					b.Skip("set KDB_BENCH_BIG=1 to build and run the 4 GiB store")
+				}
+				dir := BuildStore(b, sz.bytes)
+				var scanned, replayed, bytes float64
+				var replayTime time.Duration
+				b.ResetTimer()
+				for i := 0; i < b.N; i++ {
+					b.StopTimer()
+					CrashWithJournal(b, dir, 8<<20)
+					b.StartTimer()
+					db, err := kdb.Open(dir, &kdb.Options{ForceFreeListScan: free == "scan"})
+					if err != nil {
+						b.Fatal(err)
+					}
+					b.StopTimer()
+					r := db.Recovery()
+					if (free == "trusted") != (r.FreeListPath == "trusted") {
+						b.Fatalf("free list path %q (%s)", r.FreeListPath, r.Reason)
+					}
+					scanned += float64(r.PagesScanned)
+					replayed += float64(r.RecordsReplayed)
+					bytes += float64(r.BytesReplayed)
+					replayTime += r.ReplayTime
+					if err := db.Close(); err != nil {
+						b.Fatal(err)
+					}
+					b.StartTimer()
+				}
+				b.ReportMetric(scanned/float64(b.N), "pages-scanned")
+				b.ReportMetric(replayed/float64(b.N), "records-replayed")
+				if replayTime > 0 {
+					b.ReportMetric(bytes/(1<<20)/replayTime.Seconds(), "replay-MiB/s")
+				}
+			})
+		}
+	}
+}

@@ -1,0 +1,120 @@
+package bench
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/kdb-project/kdb"
+)
+
+// Dir returns the directory under which built stores are cached.
+func Dir() string {
+	if d := os.Getenv("KDB_BENCH_DIR"); d != "" {
+		return d
+	}
+	return filepath.Join(os.TempDir(), "kdb-bench")
+}
+
+// BuildOptions are the options used to build the big stores: values inline
+// in the B-tree (so the page file, not the journal, holds the data), no
+// fsync while building (the build is not what is measured; the final Close
+// checkpoints and syncs).
+func BuildOptions() *kdb.Options {
+	return &kdb.Options{
+		ValueThreshold:       -1,
+		Sync:                 kdb.UnsafeSyncNever,
+		CheckpointInterval:   -1,
+		CheckpointDirtyPages: 16384,
+	}
+}
+
+// BuildStore returns the directory of a cached store whose db.data is at
+// least size bytes, building it if needed: keys of 16 bytes with 16 KiB
+// values in index "data". It is reused across runs; delete Dir() to rebuild.
+func BuildStore(tb testing.TB, size int64) string {
+	tb.Helper()
+	dir := filepath.Join(Dir(), fmt.Sprintf("store-%dMiB", size>>20))
+	done := filepath.Join(dir, "built")
+	if _, err := os.Stat(done); err == nil {
+		return dir
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		tb.Fatal(err)
+	}
+	db, err := kdb.Open(dir, BuildOptions())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(uint64(size), 1))
+	val := make([]byte, 16<<10)
+	for i := range val {
+		val[i] = byte(rng.Uint32())
+	}
+	b := kdb.NewBatch()
+	var n uint64
+	for {
+		st := db.Stats()
+		if int64(st.PageCount)*4096 >= size {
+			break
+		}
+		b.Reset()
+		for range 64 {
+			var k [16]byte
+			binary.BigEndian.PutUint64(k[:], n)
+			binary.BigEndian.PutUint64(k[8:], rng.Uint64())
+			binary.LittleEndian.PutUint64(val, n)
+			b.Put("data", k[:], val)
+			n++
+		}
+		if err := db.Write(b); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(done, []byte("ok\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	return dir
+}
+
+// CrashWithJournal opens the store, writes journalBytes of 1 KiB puts
+// (values in the journal, synced), and closes without a checkpoint: the
+// state a crash leaves when it strikes between checkpoints, with that much
+// journal to replay. It returns the number of puts.
+func CrashWithJournal(tb testing.TB, dir string, journalBytes int64) int {
+	tb.Helper()
+	db, err := kdb.Open(dir, &kdb.Options{
+		NoCheckpointOnClose: true, CheckpointInterval: -1,
+		CheckpointBytes: 1 << 40, CheckpointDirtyPages: 1 << 20,
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	val := make([]byte, 1024)
+	b := kdb.NewBatch()
+	n := 0
+	for written := int64(0); written < journalBytes; {
+		b.Reset()
+		for range 256 {
+			var k [16]byte
+			binary.BigEndian.PutUint64(k[:], uint64(n))
+			binary.LittleEndian.PutUint64(val, uint64(n))
+			b.Put("replay", k[:], val)
+			n++
+			written += int64(len(val) + len(k) + 8)
+		}
+		if err := db.Write(b); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
