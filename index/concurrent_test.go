@@ -35,8 +35,8 @@ func TestStore_ConcurrentViewsUpdatesCheckpoints(t *testing.T) {
 	const fixed, extra = 40, 60
 	fixedKey := func(i int) []byte { return fmt.Appendf(nil, "f%03d", i) }
 	gens := 300
-	if testing.Short() {
-		gens = 60
+	if testing.Short() || raceEnabled {
+		gens = 100
 	}
 	var stop atomic.Bool
 	var wg sync.WaitGroup

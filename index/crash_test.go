@@ -112,6 +112,8 @@ func TestStore_CrashDuringCheckpoint(t *testing.T) {
 	rounds := 4
 	if os.Getenv("KDB_LONG") != "" {
 		rounds = 8
+	} else if raceEnabled {
+		settings = settings[1:3]
 	}
 	for _, o := range settings {
 		t.Run(fmt.Sprintf("keep=%v/garbage=%v", o.KeepUnsynced, o.GarbageUnsynced), func(t *testing.T) {

@@ -261,6 +261,9 @@ func runModel(t *testing.T, seed uint64, pageSize, steps, keys int) int {
 
 func TestStore_Model(t *testing.T) {
 	seeds, steps := 5, 1000
+	if raceEnabled {
+		seeds, steps = 3, 600
+	}
 	if os.Getenv("KDB_LONG") != "" {
 		seeds, steps = 48, 8000
 	}
