@@ -11,12 +11,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/kdb-project/kdb/internal/vfs"
-	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb"
 )
 
 func init() {
@@ -27,13 +27,17 @@ func init() {
 	register("demo-child", command{hidden: true, run: runDemoChild})
 }
 
-// demoPageType marks the demo's pages; the page file treats types >= 16 as opaque.
-const demoPageType pagefile.PageType = 200
+// demoOptions are the store options of the demo's writer: values of 16 KiB
+// inline in the B-tree, so that the page file grows quickly, and checkpoints
+// every 32 MiB of journal, so that the kill lands among them.
+func demoOptions() *kdb.Options {
+	return &kdb.Options{ValueThreshold: -1, CheckpointBytes: 32 << 20}
+}
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", "[DIR]", stderr)
-	sizeMiB := fs.Int("size-mib", 256, "size of the page file to build, in MiB")
-	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed for the kill moment and the workload")
+	sizeMiB := fs.Int("size-mib", 256, "size of the page file to build before the kill, in MiB")
+	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed for the kill moment")
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
@@ -53,17 +57,13 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			return exitIO
 		}
 	}
-	if err := os.MkdirAll(dir, 0o750); err != nil {
-		fmt.Fprintf(stderr, "kdbtool demo: %v\n", err)
-		return exitIO
-	}
 	say := func(format string, a ...any) {
 		if !*asJSON {
 			fmt.Fprintf(stdout, format+"\n", a...)
 		}
 	}
 
-	say("kdb demo: building a %d MiB page file in %s, then SIGKILLing its writer mid-checkpoint-churn", *sizeMiB, dir)
+	say("kdb demo: building a %d MiB store in %s with 4 writers, then SIGKILLing the writing process", *sizeMiB, dir)
 	kill, err := runAndKill(dir, *sizeMiB, *seed, stderr, say)
 	if err != nil {
 		fmt.Fprintf(stderr, "kdbtool demo: %v\n", err)
@@ -76,21 +76,20 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return exitIO
 	}
 
-	trusted, tFree, err := demoOpen(dir, false)
+	trusted, missing, err := demoReopen(dir, false, kill.acked)
 	if err != nil {
 		fmt.Fprintf(stderr, "kdbtool demo: reopening %s: %v\n", dir, err)
 		return exitIO
 	}
-	scanned, sFree, err := demoOpen(scanDir, true)
+	scanned, missingScan, err := demoReopen(scanDir, true, kill.acked)
 	if err != nil {
 		fmt.Fprintf(stderr, "kdbtool demo: reopening %s with a forced scan: %v\n", scanDir, err)
 		return exitIO
 	}
-	same := equalRanges(tFree, sFree)
 	if *asJSON {
 		out := map[string]any{
-			"dir": dir, "killed_after_checkpoints": kill.checkpoints, "killed_after": kill.after.String(),
-			"trusted": reportJSON(trusted), "scanned": reportJSON(scanned), "free_lists_equal": same,
+			"dir": dir, "killed_after": kill.after.String(), "acknowledged_keys": len(kill.acked),
+			"missing_keys": missing + missingScan, "trusted": reportJSON(trusted), "scanned": reportJSON(scanned),
 		}
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -99,24 +98,26 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		}
 	} else {
 		say("")
-		say("%-22s %-26s %-26s", "", "reopen (db.free)", "reopen (forced scan)")
-		row := func(name, a, b string) { say("%-22s %-26s %-26s", name, a, b) }
+		say("%-22s %-28s %-28s", "", "reopen (db.free)", "reopen (forced scan)")
+		row := func(name, a, b string) { say("%-22s %-28s %-28s", name, a, b) }
 		row("free-list path", trusted.FreeListPath, scanned.FreeListPath)
 		row("reason", orDash(trusted.Reason), orDash(scanned.Reason))
-		row("checkpoint", trusted.MetaID.String(), scanned.MetaID.String())
+		row("checkpoint", trusted.CheckpointID, scanned.CheckpointID)
 		row("redo applied", fmt.Sprintf("%v (%d pages)", trusted.RedoApplied, trusted.RedoPages), fmt.Sprintf("%v (%d pages)", scanned.RedoApplied, scanned.RedoPages))
 		row("pages scanned", strconv.FormatUint(trusted.PagesScanned, 10), strconv.FormatUint(scanned.PagesScanned, 10))
-		row("free pages", strconv.FormatUint(trusted.FreePages, 10), strconv.FormatUint(scanned.FreePages, 10))
-		row("free-list time", trusted.FreeListDuration.String(), scanned.FreeListDuration.String())
-		row("total open time", trusted.TotalDuration.String(), scanned.TotalDuration.String())
+		row("free-list time", trusted.FreeListTime.String(), scanned.FreeListTime.String())
+		row("records replayed", strconv.FormatInt(trusted.RecordsReplayed, 10), strconv.FormatInt(scanned.RecordsReplayed, 10))
+		row("torn bytes cut", strconv.FormatInt(trusted.TornBytesTruncated, 10), strconv.FormatInt(scanned.TornBytesTruncated, 10))
+		row("replay time", trusted.ReplayTime.String(), scanned.ReplayTime.String())
+		row("total open time", trusted.TotalTime.String(), scanned.TotalTime.String())
 		say("")
-		if trusted.FreeListDuration > 0 {
-			say("free list: the trusted path was %.0fx faster than the scan", float64(scanned.FreeListDuration)/float64(trusted.FreeListDuration))
+		if trusted.FreeListTime > 0 && trusted.FreeListPath == "trusted" {
+			say("free list: db.free was %.0fx faster than the scan", float64(scanned.FreeListTime)/float64(trusted.FreeListTime))
 		}
-		say("free lists equal: %v", same)
+		say("acknowledged keys verified: %d, missing: %d (trusted) and %d (scan)", len(kill.acked), missing, missingScan)
 	}
-	if !same {
-		fmt.Fprintln(stderr, "kdbtool demo: the trusted and scanned free lists differ")
+	if missing+missingScan > 0 {
+		fmt.Fprintln(stderr, "kdbtool demo: acknowledged keys are missing")
 		return exitProblems
 	}
 	return exitOK
@@ -129,28 +130,30 @@ func orDash(s string) string {
 	return s
 }
 
-func reportJSON(r *pagefile.Report) map[string]any {
+func reportJSON(r kdb.RecoveryReport) map[string]any {
 	return map[string]any{
-		"free_list_path": r.FreeListPath, "reason": r.Reason, "checkpoint_id": r.MetaID.String(),
+		"free_list_path": r.FreeListPath, "reason": r.Reason, "checkpoint_id": r.CheckpointID,
 		"redo_applied": r.RedoApplied, "pages_scanned": r.PagesScanned, "free_pages": r.FreePages,
-		"free_list_ms": float64(r.FreeListDuration.Microseconds()) / 1000,
-		"duration_ms":  float64(r.TotalDuration.Microseconds()) / 1000,
+		"records_replayed": r.RecordsReplayed, "bytes_truncated": r.TornBytesTruncated,
+		"free_list_ms": ms(r.FreeListTime), "replay_ms": ms(r.ReplayTime), "duration_ms": ms(r.TotalTime),
 	}
 }
 
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
 type killInfo struct {
-	checkpoints int
-	after       time.Duration
+	after time.Duration
+	acked []uint64
 }
 
 // runAndKill starts the writing child and SIGKILLs it at a random moment once
-// it has built the file and done a few churn checkpoints.
+// it has built the store, collecting the keys it acknowledged.
 func runAndKill(dir string, sizeMiB int, seed uint64, stderr io.Writer, say func(string, ...any)) (killInfo, error) {
 	exe, err := os.Executable()
 	if err != nil {
 		return killInfo{}, err
 	}
-	cmd := exec.Command(exe, "demo-child", "-size-mib", strconv.Itoa(sizeMiB), "-seed", strconv.FormatUint(seed, 10), dir)
+	cmd := exec.Command(exe, "demo-child", "-size-mib", strconv.Itoa(sizeMiB), dir)
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -161,144 +164,119 @@ func runAndKill(dir string, sizeMiB int, seed uint64, stderr io.Writer, say func
 		return killInfo{}, err
 	}
 	rng := rand.New(rand.NewPCG(seed, 1))
-	churnTarget := 2 + rng.IntN(4)
-	sc := bufio.NewScanner(out)
-	var info killInfo
-	built := false
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case line == "built":
-			built = true
-			say("  built in %v", time.Since(start).Round(time.Millisecond))
-		case strings.HasPrefix(line, "checkpoint "):
-			info.checkpoints++
-			if built {
-				churnTarget--
+	var (
+		info    killInfo
+		mu      sync.Mutex
+		built   = make(chan struct{})
+		scanned = make(chan struct{})
+	)
+	go func() {
+		defer close(scanned)
+		sc := bufio.NewScanner(out)
+		once := sync.Once{}
+		for sc.Scan() {
+			line := sc.Text()
+			if line == "built" {
+				once.Do(func() { close(built) })
+				continue
+			}
+			if k, err := strconv.ParseUint(line, 10, 64); err == nil {
+				mu.Lock()
+				info.acked = append(info.acked, k)
+				mu.Unlock()
 			}
 		}
-		if built && churnTarget <= 0 {
-			break
-		}
+	}()
+	select {
+	case <-built:
+	case <-scanned:
+		_ = cmd.Wait()
+		return info, fmt.Errorf("the writer exited before building the store")
 	}
-	// Kill at a random moment within the next checkpoint cycle.
-	time.Sleep(time.Duration(rng.IntN(40)) * time.Millisecond)
+	say("  built in %v; writing on", time.Since(start).Round(time.Millisecond))
+	time.Sleep(time.Duration(200+rng.IntN(1500)) * time.Millisecond)
 	info.after = time.Since(start).Round(time.Millisecond)
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		return info, err
 	}
-	go func() { _, _ = io.Copy(io.Discard, out) }()
 	_ = cmd.Wait()
-	if !built {
-		return info, fmt.Errorf("the writer exited before building the store")
-	}
-	say("  writer SIGKILLed after %v (%d checkpoints completed)", info.after, info.checkpoints)
+	<-scanned
+	say("  writer SIGKILLed after %v, with %d keys acknowledged", info.after, len(info.acked))
 	return info, nil
 }
 
-func demoOpen(dir string, forceScan bool) (*pagefile.Report, []pagefile.Range, error) {
-	f, rep, err := pagefile.Open(dir, pagefile.Options{FS: vfs.OS, ForceScan: forceScan})
+// demoReopen opens the crashed store (recovery runs), checks that every
+// acknowledged key is there, and closes it.
+func demoReopen(dir string, forceScan bool, acked []uint64) (kdb.RecoveryReport, int, error) {
+	db, err := kdb.Open(dir, &kdb.Options{ForceFreeListScan: forceScan})
 	if err != nil {
-		return nil, nil, err
+		return kdb.RecoveryReport{}, 0, err
 	}
-	free := f.FreeRanges()
-	if err := f.Close(); err != nil {
-		return nil, nil, err
-	}
-	return rep, free, nil
-}
-
-func equalRanges(a, b []pagefile.Range) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
+	rep := db.Recovery()
+	missing := 0
+	for _, k := range acked {
+		if _, err := db.Get("demo", demoKey(k)); err != nil {
+			missing++
 		}
 	}
-	return true
+	return rep, missing, db.Close()
 }
 
-// runDemoChild builds the page file, then churns: frees and allocates pages
-// and checkpoints, printing "checkpoint N" after each, until it is killed.
+func demoKey(k uint64) []byte { return binary.BigEndian.AppendUint64(nil, k) }
+
+// runDemoChild builds the store, prints "built", then goes on writing; it
+// prints each key once its write is acknowledged, until it is killed.
 func runDemoChild(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo-child", "DIR", stderr)
 	sizeMiB := fs.Int("size-mib", 256, "")
-	seed := fs.Uint64("seed", 1, "")
 	if code := parseFlags(fs, args); code >= 0 || fs.NArg() != 1 {
 		return exitUsage
 	}
-	f, _, err := pagefile.Open(fs.Arg(0), pagefile.Options{FS: vfs.OS})
+	db, err := kdb.Open(fs.Arg(0), demoOptions())
 	if err != nil {
 		fmt.Fprintf(stderr, "demo-child: %v\n", err)
 		return exitIO
 	}
-	rng := rand.New(rand.NewPCG(*seed, 2))
-	payload := make([]byte, f.PayloadSize())
-	pages := uint64(*sizeMiB) << 20 / uint64(f.PageSize())
-	var live []pagefile.PageID
-	seq := 0
-	write := func(id pagefile.PageID) error {
-		binary.LittleEndian.PutUint64(payload, uint64(id))
-		binary.LittleEndian.PutUint64(payload[8:], rng.Uint64())
-		return f.Write(id, demoPageType, payload)
-	}
-	checkpoint := func() error {
-		if err := f.Checkpoint(pagefile.MetaUpdate{}); err != nil {
-			return err
-		}
-		seq++
-		fmt.Fprintf(stdout, "checkpoint %d\n", seq)
-		return nil
-	}
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "demo-child: %v\n", err)
-		return exitIO
-	}
-	const batch = 8192
-	for uint64(len(live)) < pages {
-		n := min(batch, int(pages)-len(live))
-		first, err := f.AllocateRun(n)
-		if err != nil {
-			return fail(err)
-		}
-		for i := 0; i < n; i++ {
-			id := first + pagefile.PageID(i)
-			if err := write(id); err != nil {
-				return fail(err)
+	w := bufio.NewWriter(stdout)
+	var (
+		mu   sync.Mutex
+		next atomic.Uint64
+		wg   sync.WaitGroup
+	)
+	target := uint64(*sizeMiB) << 20
+	var builtOnce sync.Once
+	for g := range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			val := make([]byte, 16<<10)
+			b := kdb.NewBatch()
+			for {
+				b.Reset()
+				keys := make([]uint64, 8)
+				for i := range keys {
+					keys[i] = next.Add(1)
+					binary.LittleEndian.PutUint64(val, keys[i]^uint64(g))
+					b.Put("demo", demoKey(keys[i]), val)
+				}
+				if err := db.Write(b); err != nil {
+					fmt.Fprintf(stderr, "demo-child: %v\n", err)
+					os.Exit(exitIO)
+				}
+				mu.Lock()
+				for _, k := range keys {
+					fmt.Fprintln(w, k)
+				}
+				if st := db.Stats(); st.PageCount*4096 >= target {
+					builtOnce.Do(func() { fmt.Fprintln(w, "built") })
+				}
+				_ = w.Flush()
+				mu.Unlock()
 			}
-			live = append(live, id)
-		}
-		if err := checkpoint(); err != nil {
-			return fail(err)
-		}
+		}()
 	}
-	fmt.Fprintln(stdout, "built")
-	for {
-		// Free a random tenth of a batch, allocate and write a batch.
-		for i := 0; i < batch/10; i++ {
-			j := rng.IntN(len(live))
-			if err := f.Free(live[j]); err != nil {
-				return fail(err)
-			}
-			live[j] = live[len(live)-1]
-			live = live[:len(live)-1]
-		}
-		for i := 0; i < batch/10; i++ {
-			id, err := f.Allocate()
-			if err != nil {
-				return fail(err)
-			}
-			if err := write(id); err != nil {
-				return fail(err)
-			}
-			live = append(live, id)
-		}
-		if err := checkpoint(); err != nil {
-			return fail(err)
-		}
-	}
+	wg.Wait()
+	return exitOK
 }
 
 // copyDir copies the regular files of src into a new directory dst.
