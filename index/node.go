@@ -117,7 +117,7 @@ func decodeNode(id pagefile.PageID, typ pagefile.PageType, p []byte) (*node, err
 	if err != nil {
 		return nil, err
 	}
-	n := &node{id: id, leaf: pg.leaf, ents: make([]entry, cnt)}
+	n := &node{id: id, leaf: pg.leaf, ents: make([]entry, cnt, cnt+1)} // room for one insert
 	for i := 0; i < cnt; i++ {
 		e := &n.ents[i]
 		if pg.leaf {

@@ -445,14 +445,19 @@ func (tx *Tx) freeChain(head pagefile.PageID, vlen uint32) error {
 	return nil
 }
 
-// freeTree frees every page of the tree at root.
-func (tx *Tx) freeTree(root pagefile.PageID, depth int) error {
+// freeTree frees every page of the tree at root. seen guards against
+// damaged pages that link a page twice.
+func (tx *Tx) freeTree(root pagefile.PageID, depth int, seen map[pagefile.PageID]bool) error {
 	if root == 0 {
 		return nil
 	}
 	if depth > maxDepth {
 		return corruptf(root, "tree deeper than %d levels", maxDepth)
 	}
+	if seen[root] {
+		return corruptf(root, "page linked twice in one tree")
+	}
+	seen[root] = true
 	n, _, err := tx.peek(root)
 	if err != nil {
 		return err
@@ -465,7 +470,7 @@ func (tx *Tx) freeTree(root pagefile.PageID, depth int) error {
 					return err
 				}
 			}
-		} else if err := tx.freeTree(e.child, depth+1); err != nil {
+		} else if err := tx.freeTree(e.child, depth+1, seen); err != nil {
 			return err
 		}
 	}
@@ -632,7 +637,7 @@ func (tx *Tx) DropTree(name []byte) error {
 	if t == nil {
 		return fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
-	if err := tx.freeTree(t.root, 0); err != nil {
+	if err := tx.freeTree(t.root, 0, make(map[pagefile.PageID]bool)); err != nil {
 		return err
 	}
 	root, err := tx.remove(tx.catalog, t.name)
