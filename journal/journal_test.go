@@ -96,6 +96,14 @@ func TestJournal_AppendReadIterateReopen(t *testing.T) {
 			if err != nil || r.Type != want[i].rec.Type || !bytes.Equal(r.Payload, want[i].rec.Payload) {
 				t.Fatalf("Read %v: %v", want[i].loc, err)
 			}
+			buf := make([]byte, 0, 512)
+			r, err = j.ReadInto(want[i].loc, buf)
+			if err != nil || !bytes.Equal(r.Payload, want[i].rec.Payload) {
+				t.Fatalf("ReadInto %v: %v", want[i].loc, err)
+			}
+			if aliased := len(r.Payload) > 0 && &r.Payload[0] == &buf[:1][0]; len(r.Payload) > 0 && aliased != (len(r.Payload) <= 512) {
+				t.Fatalf("ReadInto %v: payload of %d bytes aliased the 512-byte buffer: %v", want[i].loc, len(r.Payload), aliased)
+			}
 		}
 	}
 	check(j)

@@ -96,8 +96,16 @@ func (r *chunkReader) at(off int64, n int) ([]byte, error) {
 // Read returns the acknowledged record at loc, verifying its checksum. The
 // payload is a fresh slice owned by the caller. A Location that is not a
 // record of the journal gives ErrNotFound (or ErrCorrupt if it is within
-// the journal but does not hold a valid frame). Safe for concurrent use.
+// the journal but does not hold a valid frame). A Location of an internal
+// record returns it with its reserved type. Safe for concurrent use.
 func (j *Journal) Read(loc Location) (Record, error) {
+	return j.ReadInto(loc, nil)
+}
+
+// ReadInto is Read with the payload read into buf if it is large enough
+// (the returned Payload then aliases buf), else into a new slice. It lets a
+// caller that reads many values reuse one buffer.
+func (j *Journal) ReadInto(loc Location, buf []byte) (Record, error) {
 	seg, end, err := j.segmentFor(loc)
 	if err != nil {
 		return Record{}, err
@@ -113,7 +121,13 @@ func (j *Journal) Read(loc Location) (Record, error) {
 		}
 		return Record{}, err
 	}
-	payload := make([]byte, h.length)
+	// INVARIANT: h.length <= MaxRecordSize, checked by decodeRecHeader.
+	var payload []byte
+	if cap(buf) >= int(h.length) {
+		payload = buf[:h.length]
+	} else {
+		payload = make([]byte, h.length)
+	}
 	if err := seg.readAt(payload, loc.Offset+recHeaderSize); err != nil {
 		return Record{}, err
 	}
