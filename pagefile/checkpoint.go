@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"encoding/binary"
 	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -172,8 +173,8 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, positions []uint64, i
 	ps := f.pageSize
 	// 1. db.free, tagged with the new checkpoint ID.
 	free := encodeFreeFile(f.storeID, meta.ID, meta.PageCount, cp.free)
-	if err := vfs.WriteFileAtomic(f.fs, f.freeName, free, 0o600); err != nil {
-		return nil, fmt.Errorf("pagefile: write %s: %w", f.freeName, err)
+	if err := f.writeFreeFile(free); err != nil {
+		return nil, err
 	}
 
 	// 2. The batch into db.redo. db.redo must not be overwritten while
@@ -258,6 +259,45 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, positions []uint64, i
 		return f.mapData()
 	}
 	return nil, nil
+}
+
+// writeFreeFile installs a new db.free and keeps the one it replaces as
+// db.free.prev: written to db.free.tmp and synced, db.free renamed to
+// db.free.prev, db.free.tmp renamed to db.free, the directory synced. Until
+// this checkpoint's meta is durable, the meta still names the previous
+// checkpoint, whose free list is then in db.free (crash before the renames
+// are durable) or db.free.prev (after): either way Open can trust one.
+// On return both names are durable.
+func (f *File) writeFreeFile(data []byte) error {
+	tmp := f.freeName + tmpSuffix
+	file, err := f.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return fmt.Errorf("pagefile: create %s: %w", tmp, err)
+	}
+	if _, err := file.WriteAt(data, 0); err != nil {
+		_ = file.Close()
+		return fmt.Errorf("pagefile: write %s: %w", tmp, err)
+	}
+	if err := f.sync(file, tmp); err != nil {
+		_ = file.Close()
+		return err
+	}
+	if err := file.Close(); err != nil {
+		return fmt.Errorf("pagefile: close %s: %w", tmp, err)
+	}
+	if err := f.fs.Rename(f.freeName, f.freeName+prevSuffix); err != nil && !isNotExist(err) {
+		return fmt.Errorf("pagefile: rename %s: %w", f.freeName, err)
+	}
+	if err := f.fs.Rename(tmp, f.freeName); err != nil {
+		return fmt.Errorf("pagefile: rename %s: %w", tmp, err)
+	}
+	if f.opts.UnsafeNoSync {
+		return nil
+	}
+	if err := f.fs.SyncDir(filepath.Dir(f.freeName)); err != nil {
+		return fmt.Errorf("pagefile: sync dir of %s: %w", f.freeName, err)
+	}
+	return nil
 }
 
 // sync fsyncs file (unless UnsafeNoSync).

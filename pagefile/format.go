@@ -119,4 +119,9 @@ const (
 	dataFileName = "db.data"
 	redoFileName = "db.redo"
 	freeFileName = "db.free"
+	// prevSuffix names the previous checkpoint's free list, kept so that a
+	// crash inside a checkpoint still finds a trusted one (FORMAT.md §2.5).
+	prevSuffix = ".prev"
+	// tmpSuffix names a db.free being written.
+	tmpSuffix = ".tmp"
 )

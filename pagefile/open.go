@@ -90,7 +90,7 @@ func (o *opener) open() error {
 	case f.opts.ForceScan:
 		rep.Reason = "forced"
 	default:
-		f.mu.free, rep.Reason = o.loadFreeFile(meta)
+		f.mu.free, rep.FreeListFile, rep.Reason = o.loadFreeList(meta)
 	}
 	if f.mu.free == nil {
 		rep.FreeListPath = FreeListScanned
@@ -332,11 +332,25 @@ func (o *opener) applyRedo(r io.ReaderAt, h *redoHeader) (Meta, error) {
 	return meta, nil
 }
 
-// loadFreeFile reads db.free and returns the free list if it can be
+// loadFreeList returns the free list of db.free, or else of db.free.prev,
+// if one can be trusted for meta, and which file it came from; else nil and
+// the reason db.free was not trusted.
+func (o *opener) loadFreeList(meta Meta) (*freeList, string, string) {
+	l, reason := o.loadFreeFile(o.f.freeName, meta)
+	if l != nil {
+		return l, freeFileName, ""
+	}
+	if pl, _ := o.loadFreeFile(o.f.freeName+prevSuffix, meta); pl != nil {
+		return pl, freeFileName + prevSuffix, ""
+	}
+	return nil, "", reason
+}
+
+// loadFreeFile reads a db.free file and returns the free list if it can be
 // trusted for meta, else nil and the reason.
-func (o *opener) loadFreeFile(meta Meta) (*freeList, string) {
+func (o *opener) loadFreeFile(name string, meta Meta) (*freeList, string) {
 	f := o.f
-	size, _, err := f.fs.Stat(f.freeName)
+	size, _, err := f.fs.Stat(name)
 	if err != nil {
 		if isNotExist(err) {
 			return nil, "db.free missing"
@@ -347,11 +361,11 @@ func (o *opener) loadFreeFile(meta Meta) (*freeList, string) {
 	if limit := int64(freeHeaderSize) + int64(freeRangeSize)*int64(meta.PageCount/2+1); size > limit {
 		return nil, fmt.Sprintf("db.free size %d exceeds %d for page count %d", size, limit, meta.PageCount)
 	}
-	b, err := vfs.ReadFile(f.fs, f.freeName)
+	b, err := vfs.ReadFile(f.fs, name)
 	if err != nil {
 		return nil, fmt.Sprintf("db.free: %v", err)
 	}
-	ff, err := decodeFreeFile(b, f.freeName)
+	ff, err := decodeFreeFile(b, name)
 	switch {
 	case err != nil:
 		return nil, err.Error()

@@ -25,6 +25,10 @@ type Report struct {
 
 	FreeListPath string // FreeListTrusted, FreeListScanned or FreeListCreated
 	Reason       string // why the scan was taken ("" when trusted or created)
+	// FreeListFile names the file the trusted free list came from: db.free,
+	// or db.free.prev when a crash struck a checkpoint after its db.free was
+	// renamed into place but before its meta was durable.
+	FreeListFile string
 	PagesScanned uint64 // page headers read by the scan
 	FreePages    uint64 // pages on the free list after Open
 

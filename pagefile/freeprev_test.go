@@ -1,0 +1,60 @@
+package pagefile
+
+import (
+	"testing"
+
+	"github.com/kdb-project/kdb/internal/kdbtest"
+	"github.com/kdb-project/kdb/internal/vfs"
+)
+
+// TestFile_CrashInCheckpointKeepsTrustedFreeList crashes a checkpoint at each
+// of its mutating operations, with every unsynced byte dropped or kept: the
+// reopen must always trust a db.free file (db.free, or db.free.prev while the
+// new meta is not durable), never fall back to the scan, and agree with the
+// scan.
+func TestFile_CrashInCheckpointKeepsTrustedFreeList(t *testing.T) {
+	for _, keep := range []float64{0, 1} {
+		for k := 1; ; k++ {
+			mem := vfs.NewMem()
+			f, _, err := Open("/s", Options{FS: mem})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := workload(f, 2, 1, nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			cr := kdbtest.CrashAt(mem, k, vfs.CrashOptions{KeepUnsynced: keep, Seed: int64(k)})
+			f, _, err = Open("/s", Options{FS: cr.FS()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			werr := workload(f, 1, 2, nil)
+			_ = f.Close()
+			img := cr.Image()
+
+			got, rep, err := Open("/s", Options{FS: img})
+			if err != nil {
+				t.Fatalf("keep=%v k=%d: reopen: %v", keep, k, err)
+			}
+			if rep.FreeListPath != FreeListTrusted {
+				t.Errorf("keep=%v k=%d: free list %s (%s), want trusted", keep, k, rep.FreeListPath, rep.Reason)
+			}
+			trusted := captureState(t, got)
+			_ = got.Close()
+			scanned, _, err := Open("/s", Options{FS: img.Clone(), ForceScan: true, ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := equalState(captureState(t, scanned), trusted, false); d != "" {
+				t.Errorf("keep=%v k=%d: trusted (%s) and scanned differ: %s", keep, k, rep.FreeListFile, d)
+			}
+			_ = scanned.Close()
+			if werr == nil && !cr.Crashed() {
+				break // the workload finished before its k-th mutation
+			}
+		}
+	}
+}
