@@ -335,3 +335,51 @@ func TestTree_DeleteGivesPagesBack(t *testing.T) {
 		t.Fatalf("after deleting all: %+v", empty)
 	}
 }
+
+// TestTx_ManyTrees opens more trees in one Update than the linear handle
+// search covers, drops and re-creates some, and checks the result.
+func TestTx_ManyTrees(t *testing.T) {
+	e := newMemEnv(t, 512)
+	want := model{}
+	e.update(func(tx *Tx) error {
+		for i := range 30 {
+			name := fmt.Sprintf("tree%02d", i)
+			tr, err := tx.CreateTree([]byte(name))
+			if err != nil {
+				return err
+			}
+			want[name] = map[string]string{}
+			for j := range i {
+				k, v := fmt.Sprintf("k%d", j), fmt.Sprintf("v%d-%d", i, j)
+				if err := tr.Put([]byte(k), []byte(v)); err != nil {
+					return err
+				}
+				want[name][k] = v
+			}
+		}
+		for i := 0; i < 30; i += 3 {
+			name := fmt.Sprintf("tree%02d", i)
+			if err := tx.DropTree([]byte(name)); err != nil {
+				return err
+			}
+			delete(want, name)
+			if i%2 == 0 {
+				tr, err := tx.CreateTree([]byte(name))
+				if err != nil {
+					return err
+				}
+				if err := tr.Put([]byte("again"), []byte(name)); err != nil {
+					return err
+				}
+				want[name] = map[string]string{"again": name}
+			}
+		}
+		return compareTx(tx, want)
+	})
+	if err := compare(e.s, want); err != nil {
+		t.Fatal(err)
+	}
+	if rep := e.check(); rep.Trees != len(want) {
+		t.Fatalf("report %+v", rep)
+	}
+}

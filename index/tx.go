@@ -24,8 +24,8 @@ type Tx struct {
 	version  uint64
 	catalog  pagefile.PageID // catalog tree root as modified by this Tx
 
-	trees map[string]*Tree
-	order []*Tree // trees in the order they were opened, for a deterministic commit
+	trees map[string]*Tree // name -> latest handle, once more than linearTrees are open
+	order []*Tree          // handles in the order they were opened, for a deterministic commit
 
 	// Update only:
 	dirty map[pagefile.PageID]*node    // nodes allocated by this Update, written at commit
@@ -544,7 +544,7 @@ func (tx *Tx) putCatalog(t *Tree) error {
 
 // lookupTree reads name's catalog entry.
 func (tx *Tx) lookupTree(name []byte) (*Tree, error) {
-	if t, ok := tx.trees[string(name)]; ok {
+	if t := tx.findTree(name); t != nil {
 		if t.dropped {
 			return nil, nil
 		}
@@ -566,12 +566,34 @@ func (tx *Tx) lookupTree(name []byte) (*Tree, error) {
 	return t, nil
 }
 
-func (tx *Tx) addTree(t *Tree) {
-	if tx.trees == nil {
-		tx.trees = make(map[string]*Tree)
+// findTree returns the handle last opened or created for name in this Tx.
+// A few handles are searched linearly (no map allocation for the common
+// View of one tree); beyond linearTrees, a map indexes them.
+func (tx *Tx) findTree(name []byte) *Tree {
+	if tx.trees != nil {
+		return tx.trees[string(name)]
 	}
-	tx.trees[string(t.name)] = t
+	for i := len(tx.order) - 1; i >= 0; i-- {
+		if bytes.Equal(tx.order[i].name, name) {
+			return tx.order[i]
+		}
+	}
+	return nil
+}
+
+const linearTrees = 8
+
+func (tx *Tx) addTree(t *Tree) {
 	tx.order = append(tx.order, t)
+	switch {
+	case tx.trees != nil:
+		tx.trees[string(t.name)] = t
+	case len(tx.order) > linearTrees:
+		tx.trees = make(map[string]*Tree, 2*len(tx.order))
+		for _, o := range tx.order {
+			tx.trees[string(o.name)] = o // later handles replace dropped ones
+		}
+	}
 }
 
 func (tx *Tx) checkName(name []byte) error {
