@@ -1,0 +1,109 @@
+package index
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"testing"
+
+	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/internal/vfs/errfs"
+	"github.com/kdb-project/kdb/pagefile"
+)
+
+// TestStore_CheckpointIOErrorIsSticky injects EIO at every file operation
+// of a checkpoint. The checkpoint returns the error; later Updates fail
+// without changing what Views see; a reopen of a crash image finds the
+// previous or the new checkpoint whole, and Check passes.
+func TestStore_CheckpointIOErrorIsSticky(t *testing.T) {
+	fill := func(s *Store, from, to int, m model) error {
+		return s.Update(func(tx *Tx) error {
+			tr := tx.Tree([]byte("t"))
+			if tr == nil {
+				var err error
+				if tr, err = tx.CreateTree([]byte("t")); err != nil {
+					return err
+				}
+				m["t"] = map[string]string{}
+			}
+			for i := from; i < to; i++ {
+				k, v := fmt.Sprintf("k%04d", i%250), fmt.Sprintf("v%d", i)
+				if err := tr.Put([]byte(k), []byte(v)); err != nil {
+					return err
+				}
+				m["t"][k] = v
+			}
+			return nil
+		})
+	}
+	failures := 0
+	for i := 1; ; i++ {
+		mem := vfs.NewMem()
+		efs := errfs.Wrap(mem)
+		pf, _, err := pagefile.Open("/db", pagefile.Options{FS: efs, PageSize: 512})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s, err := Open(pf, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		first := model{}
+		if err := fill(s, 0, 300, first); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Checkpoint(pagefile.MetaUpdate{ReplayOffset: 1}); err != nil {
+			t.Fatal(err)
+		}
+		second := first.clone()
+		if err := fill(s, 300, 600, second); err != nil {
+			t.Fatal(err)
+		}
+		efs.AddRule(errfs.OnIndex(efs.Count()+i, errfs.ErrInjected))
+		err = s.Checkpoint(pagefile.MetaUpdate{ReplayOffset: 2})
+		if err == nil {
+			_ = pf.Close()
+			if failures == 0 {
+				t.Fatal("no operation of the checkpoint failed")
+			}
+			t.Logf("%d failing operation indexes", failures)
+			return
+		}
+		failures++
+		if !errors.Is(err, syscall.EIO) {
+			t.Fatalf("i=%d: Checkpoint = %v, want EIO", i, err)
+		}
+		if err := fill(s, 600, 610, second.clone()); err == nil {
+			t.Fatalf("i=%d: Update after a failed checkpoint succeeded", i)
+		}
+		if err := s.Checkpoint(pagefile.MetaUpdate{}); err == nil {
+			t.Fatalf("i=%d: second checkpoint after a failure succeeded", i)
+		}
+		if err := compare(s, second); err != nil {
+			t.Fatalf("i=%d: View after failure: %v", i, err)
+		}
+		_ = pf.Close()
+
+		pf2, _, err := pagefile.Open("/db", pagefile.Options{FS: mem.CrashClone(vfs.CrashOptions{})})
+		if err != nil {
+			t.Fatalf("i=%d: reopen: %v", i, err)
+		}
+		s2, err := Open(pf2, Options{})
+		if err != nil {
+			t.Fatalf("i=%d: index.Open: %v", i, err)
+		}
+		want := map[uint64]model{1: first, 2: second}[pf2.Meta().ReplayOffset]
+		if want == nil {
+			t.Fatalf("i=%d: reopened at checkpoint %d", i, pf2.Meta().ReplayOffset)
+		}
+		if err := compare(s2, want); err != nil {
+			t.Fatalf("i=%d: after reopen at %d: %v", i, pf2.Meta().ReplayOffset, err)
+		}
+		if _, err := s2.Check(); err != nil {
+			t.Fatalf("i=%d: Check: %v", i, err)
+		}
+		if err := pf2.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
