@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/kdb-project/kdb/internal/kdbtest"
 	"github.com/kdb-project/kdb/internal/kdbtest/dbtest"
 	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/pagefile"
 )
 
 // campaignOptions keeps checkpoints under the workload's control, so that a
@@ -37,7 +39,7 @@ var campaignSettings = []vfs.CrashOptions{
 }
 
 type campaignCounts struct {
-	points, lost, failedOpens, checkFailures, scanWithoutReason, second atomic.Int64
+	points, lost, failedOpens, checkFailures, scanWithoutReason, idMismatch, second, trusted atomic.Int64
 }
 
 // verifyImage opens a crash image, requires its content to be the model
@@ -45,6 +47,9 @@ type campaignCounts struct {
 // runs Check. It returns a description of the first problem.
 func verifyImage(img *vfs.MemFS, models []dbtest.State, step int, c *campaignCounts) string {
 	c.points.Add(1)
+	// What the files say before recovery touches them: recovery may trust
+	// a free list only if one matches the meta it recovers to.
+	in, inErr := pagefile.Inspect(img.Clone(), "/db")
 	db, err := kdb.Open("/db", campaignOptions(img))
 	if err != nil {
 		c.failedOpens.Add(1)
@@ -67,9 +72,27 @@ func verifyImage(img *vfs.MemFS, models []dbtest.State, step int, c *campaignCou
 		c.checkFailures.Add(1)
 		return fmt.Sprintf("check: %v", err)
 	}
-	if r := db.Recovery(); r.FreeListPath == "scanned" && r.Reason == "" {
+	r := db.Recovery()
+	if r.FreeListPath == "scanned" && r.Reason == "" {
 		c.scanWithoutReason.Add(1)
 		return "free list scanned without a reason"
+	}
+	if inErr == nil {
+		matching := false
+		for _, fi := range in.FreeFiles {
+			matching = matching || fi.MatchesMeta
+		}
+		if r.FreeListPath == "trusted" && (!matching || in.Meta.ID.String() != r.CheckpointID) {
+			c.idMismatch.Add(1)
+			return fmt.Sprintf("free list trusted at %s but the files say %+v", r.CheckpointID, in.FreeFiles)
+		}
+		if r.FreeListPath == "scanned" && matching && !strings.Contains(r.Reason, "forced") {
+			c.scanWithoutReason.Add(1)
+			return fmt.Sprintf("free list scanned (%s) though %+v matched", r.Reason, in.FreeFiles)
+		}
+		if r.FreeListPath == "trusted" {
+			c.trusted.Add(1)
+		}
 	}
 	return ""
 }
@@ -133,9 +156,9 @@ func TestDB_CrashCampaign(t *testing.T) {
 	for seed := 1; seed <= seeds; seed++ {
 		runCampaign(t, uint64(seed), steps, &c)
 	}
-	t.Logf("crash-points=%d acknowledged-lost=%d failed-opens=%d check-failures=%d (second crashes during recovery: %d; %d seeds x %d steps)",
-		c.points.Load(), c.lost.Load(), c.failedOpens.Load(), c.checkFailures.Load(), c.second.Load(), seeds, steps)
-	if c.lost.Load()+c.failedOpens.Load()+c.checkFailures.Load()+c.scanWithoutReason.Load() != 0 {
+	t.Logf("crash-points=%d acknowledged-lost=%d failed-opens=%d check-failures=%d (second crashes during recovery: %d; free list trusted at %d points; %d seeds x %d steps)",
+		c.points.Load(), c.lost.Load(), c.failedOpens.Load(), c.checkFailures.Load(), c.second.Load(), c.trusted.Load(), seeds, steps)
+	if c.lost.Load()+c.failedOpens.Load()+c.checkFailures.Load()+c.scanWithoutReason.Load()+c.idMismatch.Load() != 0 {
 		t.Fatal("the crash campaign found problems")
 	}
 	if c.points.Load() < int64(steps) {

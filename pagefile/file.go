@@ -136,6 +136,11 @@ func (v *view) clearVerified(id PageID) {
 // says which path was taken and why. Open does not checkpoint; when it
 // applies db.redo, db.data is synced before Open returns.
 func Open(dir string, opts Options) (*File, *Report, error) {
+	return open(dir, opts, false)
+}
+
+// open is Open; noFreeList (read-only tools) skips loading the free list.
+func open(dir string, opts Options, noFreeList bool) (*File, *Report, error) {
 	opts = opts.withDefaults()
 	if err := opts.validate(); err != nil {
 		return nil, nil, err
@@ -148,8 +153,9 @@ func Open(dir string, opts Options) (*File, *Report, error) {
 			redoName: filepath.Join(dir, redoFileName),
 			freeName: filepath.Join(dir, freeFileName),
 		},
-		dir: dir,
-		rep: &Report{},
+		dir:        dir,
+		rep:        &Report{},
+		noFreeList: noFreeList,
 	}
 	if err := o.open(); err != nil {
 		o.f.closeFiles()

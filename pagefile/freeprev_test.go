@@ -35,12 +35,24 @@ func TestFile_CrashInCheckpointKeepsTrustedFreeList(t *testing.T) {
 			_ = f.Close()
 			img := cr.Image()
 
+			in, err := Inspect(img, "/s")
+			if err != nil {
+				t.Fatalf("keep=%v k=%d: inspect: %v", keep, k, err)
+			}
 			got, rep, err := Open("/s", Options{FS: img})
 			if err != nil {
 				t.Fatalf("keep=%v k=%d: reopen: %v", keep, k, err)
 			}
 			if rep.FreeListPath != FreeListTrusted {
 				t.Errorf("keep=%v k=%d: free list %s (%s), want trusted", keep, k, rep.FreeListPath, rep.Reason)
+			}
+			if in.TrustedFile != rep.FreeListFile || in.Meta.ID != rep.MetaID {
+				t.Errorf("keep=%v k=%d: Inspect says %q at %v, Open took %q at %v", keep, k, in.TrustedFile, in.Meta.ID, rep.FreeListFile, rep.MetaID)
+			}
+			for _, fi := range in.FreeFiles {
+				if fi.Name == in.TrustedFile && (!fi.MatchesMeta || fi.ID != rep.MetaID) {
+					t.Errorf("keep=%v k=%d: trusted %s does not match the meta: %v", keep, k, fi.Name, fi)
+				}
 			}
 			trusted := captureState(t, got)
 			_ = got.Close()

@@ -16,10 +16,11 @@ import (
 
 // opener carries the state of one Open.
 type opener struct {
-	f   *File
-	dir string
-	rep *Report
-	hdr fileHeader
+	f          *File
+	dir        string
+	rep        *Report
+	hdr        fileHeader
+	noFreeList bool // Inspect: leave the free list empty, read no db.free, scan nothing
 }
 
 func (o *opener) open() error {
@@ -87,6 +88,9 @@ func (o *opener) open() error {
 	case rep.Created:
 		f.mu.free = newFreeList()
 		rep.FreeListPath = FreeListCreated
+	case o.noFreeList:
+		f.mu.free = newFreeList()
+		rep.FreeListPath = "not loaded"
 	case f.opts.ForceScan:
 		rep.Reason = "forced"
 	default:

@@ -1,0 +1,126 @@
+package pagefile
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path/filepath"
+
+	"github.com/kdb-project/kdb/internal/vfs"
+)
+
+// Inspection is what Inspect reads from a store without recovering it and
+// without writing anything: the meta slots, db.redo, and both db.free files,
+// with the decision Open would take.
+type Inspection struct {
+	PageSize int
+	StoreID  string // hex
+	DataSize int64  // bytes of db.data
+	Slots    [numMetaSlots]SlotInfo
+	// Meta is the meta Open would use: the newest intact slot, or the meta
+	// of a complete db.redo that Open would apply.
+	Meta Meta
+	// Redo is Open's report on db.redo (RedoApplied: Open would apply it;
+	// RedoIgnored: why not).
+	Redo Report
+	// FreeFiles describes db.free and db.free.prev.
+	FreeFiles []FreeFileInfo
+	// TrustedFile names the free-list file Open would trust, "" if it
+	// would scan; Reason says why db.free was not trusted.
+	TrustedFile string
+	Reason      string
+}
+
+// SlotInfo describes one meta slot.
+type SlotInfo struct {
+	Intact bool
+	Err    string
+	Meta   Meta
+}
+
+// FreeFileInfo describes one free-list file.
+type FreeFileInfo struct {
+	Name        string
+	Present     bool
+	Intact      bool
+	Err         string // why it is not intact
+	StoreOK     bool   // written by this store
+	ID          CheckpointID
+	PageCount   uint64
+	FreePages   uint64
+	Ranges      []Range
+	MatchesMeta bool // intact, same store, same ID and page count as Meta
+}
+
+// Inspect reads the store in dir read-only. It runs no recovery: a db.redo
+// that Open would apply is overlaid in memory only.
+func Inspect(fsys vfs.FS, dir string) (*Inspection, error) {
+	f, rep, err := open(dir, Options{FS: fsys, ReadOnly: true}, true)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	in := &Inspection{
+		PageSize: f.pageSize,
+		StoreID:  hex.EncodeToString(f.storeID[:]),
+		DataSize: f.dataSize,
+		Meta:     f.Meta(),
+		Redo:     *rep,
+	}
+	in.Redo.FreeListPath = ""
+	hdr := fileHeader{pageSize: f.pageSize, storeID: f.storeID}
+	buf := make([]byte, f.pageSize)
+	for s := range in.Slots {
+		off := int64(metaSlotPage+s) * int64(f.pageSize)
+		if err := readFull(f.data, buf, off); err != nil {
+			in.Slots[s].Err = err.Error()
+			continue
+		}
+		m, err := decodeMeta(buf, s, hdr, f.dataName, off)
+		if err != nil {
+			in.Slots[s].Err = err.Error()
+			continue
+		}
+		in.Slots[s] = SlotInfo{Intact: true, Meta: m}
+	}
+	o := opener{f: f, dir: dir, rep: &Report{}}
+	for _, name := range []string{freeFileName, freeFileName + prevSuffix} {
+		path := filepath.Join(dir, name)
+		fi := FreeFileInfo{Name: name}
+		b, err := vfs.ReadFile(fsys, path)
+		switch {
+		case isNotExist(err):
+		case err != nil:
+			fi.Present, fi.Err = true, err.Error()
+		default:
+			fi.Present = true
+			ff, err := decodeFreeFile(b, path)
+			if err != nil {
+				fi.Err = err.Error()
+				break
+			}
+			fi.Intact, fi.StoreOK = true, ff.storeID == f.storeID
+			fi.ID, fi.PageCount, fi.FreePages, fi.Ranges = ff.id, ff.pageCount, ff.freePages, ff.ranges
+			fi.MatchesMeta = fi.StoreOK && ff.id == in.Meta.ID && ff.pageCount == in.Meta.PageCount
+		}
+		in.FreeFiles = append(in.FreeFiles, fi)
+	}
+	var l *freeList
+	l, in.TrustedFile, in.Reason = o.loadFreeList(in.Meta)
+	if l == nil && in.Reason == "" {
+		return nil, errors.New("pagefile: inspect: no free list and no reason")
+	}
+	return in, nil
+}
+
+// String returns a one-line summary.
+func (fi FreeFileInfo) String() string {
+	if !fi.Present {
+		return fi.Name + ": missing"
+	}
+	if !fi.Intact {
+		return fi.Name + ": damaged: " + fi.Err
+	}
+	return fmt.Sprintf("%s: checkpoint %v, page count %d, %d free pages in %d ranges, matches meta: %v",
+		fi.Name, fi.ID, fi.PageCount, fi.FreePages, len(fi.Ranges), fi.MatchesMeta)
+}
