@@ -188,8 +188,8 @@ func (s *Store) View(fn func(tx *Tx) error) error {
 // changes are committed: later Views see all of them. If fn returns an error
 // (or panics), nothing of it is applied and Update returns that error.
 // Committed changes are in memory (the page file's dirty pages); they reach
-// the disk at the next Checkpoint. Update must not be called from inside
-// another Update.
+// the disk at the next Checkpoint. Update, Checkpoint, Check and Stats must
+// not be called from inside an Update's fn (they wait for the writer lock).
 func (s *Store) Update(fn func(tx *Tx) error) (err error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
