@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"runtime"
 	"time"
 
 	"github.com/kdb-project/kdb/internal/invariants"
@@ -41,11 +42,28 @@ func (j *Journal) run() {
 		if len(reqs) > 0 {
 			j.commit(reqs)
 		}
+		if n := len(reqs); n > 1 && !closing {
+			// The appenders just answered usually append again at once.
+			// Give them a moment to queue, so that the next round carries
+			// them with those already waiting, instead of the writers
+			// settling into two cohorts that alternate rounds.
+			target := n + j.queued()
+			for i := 0; i < 8 && j.queued() < target; i++ {
+				runtime.Gosched()
+			}
+		}
 		if closing {
 			j.finish()
 			return
 		}
 	}
+}
+
+// queued returns the number of requests waiting for the committer.
+func (j *Journal) queued() int {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return len(j.mu.queue)
 }
 
 // commit writes the batches of reqs in order, rotating segments as needed,
