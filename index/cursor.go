@@ -1,6 +1,10 @@
 package index
 
-import "github.com/kdb-project/kdb/pagefile"
+import (
+	"errors"
+
+	"github.com/kdb-project/kdb/pagefile"
+)
 
 // Cursor iterates over a tree's keys in order, forward and backward. Its
 // keys and values are valid only until the transaction ends; inline ones are
@@ -108,6 +112,9 @@ func (c *Cursor) next(vals bool) ([]byte, []byte, bool) {
 func (c *Cursor) fail(err error) {
 	c.err = err
 	c.stack = c.stack[:0]
+	if !errors.Is(err, ErrTxClosed) && !errors.Is(err, ErrTreeDropped) {
+		c.tx.fail(err)
+	}
 }
 
 func (c *Cursor) usable() bool {

@@ -107,3 +107,98 @@ func TestStore_CheckpointIOErrorIsSticky(t *testing.T) {
 		}
 	}
 }
+
+// TestTx_ReadErrorFailsTheTx fails the i-th page read of an Update whose
+// function ignores every error. The Update must then fail and apply
+// nothing (an operation that failed halfway must not be committed), and
+// the store must stay whole.
+func TestTx_ReadErrorFailsTheTx(t *testing.T) {
+	// One rule, armed only during the Update under test: fail its target-th
+	// read.
+	var armed bool
+	var reads, target int
+	rule := func(op vfs.Op, _ string, _ int) error {
+		if op != vfs.OpRead || !armed {
+			return nil
+		}
+		if reads++; reads == target {
+			return errfs.ErrInjected
+		}
+		return nil
+	}
+	efs := errfs.Wrap(vfs.NewMem(), rule)
+	e := &env{t: t, fs: efs, dir: "/db", ps: 512}
+	e.open()
+	defer func() { _ = e.pf.Close() }()
+	m := model{"t": {}, "u": {}}
+	e.update(func(tx *Tx) error {
+		for name := range m {
+			tr, err := tx.CreateTree([]byte(name))
+			if err != nil {
+				return err
+			}
+			for i := range 200 {
+				k, v := fmt.Sprintf("k%04d", i), fmt.Sprintf("v%d", i)
+				if err := tr.Put([]byte(k), []byte(v)); err != nil {
+					return err
+				}
+				m[name][k] = v
+			}
+		}
+		return nil
+	})
+	failed := 0
+	for i := 1; ; i++ {
+		// Clean pages are read from the file (MemFS has no mmap), so each
+		// Update reads the catalog and the paths it touches.
+		e.checkpoint()
+		e.reopen()
+		next := m.clone()
+		armed, reads, target = true, 0, i
+		err := e.s.Update(func(tx *Tx) error {
+			for round := range 3 {
+				for _, name := range []string{"t", "u"} {
+					tr := tx.Tree([]byte(name))
+					if tr == nil {
+						continue // a read error: Update must fail anyway
+					}
+					k := fmt.Sprintf("k%04d", (i*37+round*71)%250)
+					if round == 1 {
+						if ok, _ := tr.Delete([]byte(k)); ok {
+							delete(next[name], k)
+						}
+						continue
+					}
+					v := fmt.Sprintf("new%d-%d", i, round)
+					if tr.Put([]byte(k), []byte(v)) == nil {
+						next[name][k] = v
+					}
+				}
+			}
+			return nil
+		})
+		armed = false
+		if err == nil {
+			m = next
+		} else {
+			failed++
+			if !errors.Is(err, syscall.EIO) {
+				t.Fatalf("i=%d: Update = %v, want EIO", i, err)
+			}
+		}
+		if cerr := compare(e.s, m); cerr != nil {
+			t.Fatalf("i=%d (Update: %v): %v", i, err, cerr)
+		}
+		e.check()
+		if reads < i {
+			if err != nil {
+				t.Fatalf("i=%d: Update failed without an injected error: %v", i, err)
+			}
+			if failed == 0 {
+				t.Fatal("no read failed")
+			}
+			t.Logf("%d failing read indexes", failed)
+			return
+		}
+	}
+}

@@ -166,7 +166,9 @@ func (s *Store) MaxKeySize() int { return s.lim.maxKey }
 // View runs fn in a read-only transaction. fn sees the state of the last
 // Update committed before View began, for its whole duration, concurrently
 // with other Views, with an Update and with a checkpoint's I/O. Values and
-// keys returned inside fn are valid only until fn returns.
+// keys returned inside fn are valid only until fn returns. If fn returns nil
+// but an operation inside it failed (I/O, corruption; see Tx.Err), View
+// returns that failure.
 func (s *Store) View(fn func(tx *Tx) error) error {
 	s.mu.Lock()
 	snap := s.mu.cur
@@ -181,12 +183,20 @@ func (s *Store) View(fn func(tx *Tx) error) error {
 		}
 		s.mu.Unlock()
 	}()
-	return fn(tx)
+	err := fn(tx)
+	if err == nil {
+		err = tx.err
+	}
+	return err
 }
 
 // Update runs fn in the one read-write transaction. If fn returns nil, its
 // changes are committed: later Views see all of them. If fn returns an error
 // (or panics), nothing of it is applied and Update returns that error.
+// If an operation inside fn failed (I/O, corruption, allocation; see
+// Tx.Err), the Update is rolled back and returns that failure even if fn
+// returns nil, since the failed operation may be half done. Validation
+// errors (ErrKeyTooLarge, ErrExists, ...) change nothing and do not fail it.
 // Committed changes are in memory (the page file's dirty pages); they reach
 // the disk at the next Checkpoint. Update, Checkpoint, Check and Stats must
 // not be called from inside an Update's fn (they wait for the writer lock).
@@ -216,6 +226,9 @@ func (s *Store) Update(fn func(tx *Tx) error) (err error) {
 	}()
 	if err := fn(tx); err != nil {
 		return err
+	}
+	if tx.err != nil {
+		return tx.err // an operation failed: its changes may be half done
 	}
 	if err := tx.commitLocked(); err != nil {
 		return err

@@ -21,6 +21,7 @@ type Tx struct {
 	s        *Store
 	writable bool
 	closed   bool
+	err      error // the first failure of an operation: the Tx is rolled back
 	version  uint64
 	catalog  pagefile.PageID // catalog tree root as modified by this Tx
 
@@ -49,8 +50,29 @@ func (tx *Tx) usable(write bool) error {
 	if write && !tx.writable {
 		return ErrTxReadOnly
 	}
+	if write && tx.err != nil {
+		return tx.err
+	}
 	return nil
 }
+
+// fail records err as the Tx's failure, if it is the first, and returns it.
+// A failed operation may have left the Update's nodes half-changed, so a
+// failed Update is rolled back even if its function returns nil, and a View
+// returns the failure too (Tree, which has no error result, reports a
+// catalog read error only this way).
+func (tx *Tx) fail(err error) error {
+	if err != nil && tx.err == nil {
+		tx.err = err
+	}
+	return err
+}
+
+// Err returns the first failure of an operation in tx (I/O, corruption,
+// allocation), or nil. Validation errors (ErrKeyTooLarge, ErrValueTooLarge,
+// ErrExists, ErrNotFound, ErrTreeDropped, ErrTxReadOnly, ErrTxClosed) change
+// nothing and are not failures.
+func (tx *Tx) Err() error { return tx.err }
 
 // ref returns a read view of node id: the Update's modified node if any,
 // else the page.
@@ -603,13 +625,19 @@ func (tx *Tx) checkName(name []byte) error {
 	return nil
 }
 
-// Tree returns the tree called name, or nil if there is none (or on an error
-// reading the catalog, which a Check reports).
+// Tree returns the tree called name, or nil if there is none. On an error
+// reading the catalog it also returns nil, and the error fails the Tx: the
+// Update is rolled back and View returns it (see Tx.Err). Use OpenTree to
+// tell the two apart at once.
 func (tx *Tx) Tree(name []byte) *Tree {
 	if tx.closed {
 		return nil
 	}
-	t, _ := tx.lookupTree(name)
+	t, err := tx.lookupTree(name)
+	if err != nil {
+		tx.fail(err)
+		return nil
+	}
 	return t
 }
 
@@ -618,7 +646,8 @@ func (tx *Tx) OpenTree(name []byte) (*Tree, error) {
 	if err := tx.usable(false); err != nil {
 		return nil, err
 	}
-	return tx.lookupTree(name)
+	t, err := tx.lookupTree(name)
+	return t, tx.fail(err)
 }
 
 // CreateTree creates an empty tree called name. It returns ErrExists if the
@@ -633,14 +662,14 @@ func (tx *Tx) CreateTree(name []byte) (*Tree, error) {
 	}
 	t, err := tx.lookupTree(name)
 	if err != nil {
-		return nil, err
+		return nil, tx.fail(err)
 	}
 	if t != nil {
 		return nil, fmt.Errorf("%w: %q", ErrExists, name)
 	}
 	t = &Tree{tx: tx, name: bytes.Clone(name)}
 	if err := tx.putCatalog(t); err != nil {
-		return nil, err
+		return nil, tx.fail(err)
 	}
 	tx.addTree(t)
 	return t, nil
@@ -654,17 +683,17 @@ func (tx *Tx) DropTree(name []byte) error {
 	}
 	t, err := tx.lookupTree(name)
 	if err != nil {
-		return err
+		return tx.fail(err)
 	}
 	if t == nil {
 		return fmt.Errorf("%w: %q", ErrNotFound, name)
 	}
 	if err := tx.freeTree(t.root, 0, make(map[pagefile.PageID]bool)); err != nil {
-		return err
+		return tx.fail(err)
 	}
 	root, err := tx.remove(tx.catalog, t.name)
 	if err != nil {
-		return err
+		return tx.fail(err)
 	}
 	tx.catalog = root
 	t.dropped, t.root, t.count = true, 0, 0
@@ -718,7 +747,8 @@ func (t *Tree) Get(key []byte) ([]byte, bool, error) {
 	if err := t.usable(false); err != nil {
 		return nil, false, err
 	}
-	return t.tx.get(t.root, key)
+	v, ok, err := t.tx.get(t.root, key)
+	return v, ok, t.tx.fail(err)
 }
 
 // Put stores value under key, replacing any previous value. Only in an
@@ -745,13 +775,13 @@ func (t *Tree) Put(key, value []byte) error {
 	} else {
 		head, _, err := tx.s.writeChainLocked(pageOverflow, value, tx.allocate)
 		if err != nil {
-			return err
+			return tx.fail(err)
 		}
 		e.ovf, e.vlen = head, uint32(len(value))
 	}
 	root, added, err := tx.insert(t.root, e)
 	if err != nil {
-		return err
+		return tx.fail(err)
 	}
 	t.root = root
 	if added {
@@ -771,11 +801,11 @@ func (t *Tree) Delete(key []byte) (bool, error) {
 	}
 	_, _, eq, err := t.tx.find(t.root, key)
 	if err != nil || !eq {
-		return false, err
+		return false, t.tx.fail(err)
 	}
 	root, err := t.tx.remove(t.root, key)
 	if err != nil {
-		return false, err
+		return false, t.tx.fail(err)
 	}
 	t.root = root
 	t.count--
