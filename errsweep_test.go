@@ -76,24 +76,33 @@ type sweepCounts struct {
 	stepErrors                                    int // a step returned an error that did not fail the handle
 	closeErrors                                   int // the workload passed; the fault hit Close and Close returned it
 	tolerated                                     int // the fault was absorbed (e.g. a failed close of a finished file)
-	notReached                                    int // k beyond the run's operations
+	readErrors                                    int // the read-back after a reopen returned the error
+	wrongReads                                    int // the read-back returned wrong content and no error
 }
 
 // TestErrSweep_EveryOperation fails every file-system operation of a mixed
-// workload (Open, the steps, Close) in turn, with EIO and with ENOSPC, once
-// and from then on. For each point: nothing panics; the error reaches the
-// caller; a failed write or sync fails the handle (ErrFailed, and later
-// writes are refused); Close does not panic; and reopening both the crash
-// image (unsynced data dropped) and the files as they are, on a clean FS,
-// succeeds with every acknowledged step present (the failed step wholly there
-// or wholly absent) and Check passing.
+// workload in turn, with EIO and with ENOSPC, once and from then on. Two runs
+// are swept: a fresh store (Open, the dbtest workload, Close), and a store
+// holding the first half of the workload without a final checkpoint (Open
+// with journal replay, a read-back of everything, a few more steps, Close).
 //
-// KDB_SWEEP_STEPS (default 80, 40 under -race) and KDB_SWEEP_SEEDS (default
+// For each point: nothing panics; the error reaches the caller (the injected
+// errno is in its chain); a failed write or sync fails the handle (ErrFailed,
+// db.Err, and later writes are refused), while a failed read may just return
+// its error; a read never returns wrong content instead of an error; an
+// injected failure of a write, sync, rename or directory sync is never
+// swallowed; Close does not panic; and reopening both the crash image
+// (unsynced data dropped) and the files as they are, on a clean FS, succeeds
+// with every acknowledged step present (the failed step wholly there or
+// wholly absent) and Check passing. A failed Open must return the error, and
+// the store must then reopen with its previous content.
+//
+// KDB_SWEEP_STEPS (default 80, 16 under -race) and KDB_SWEEP_SEEDS (default
 // 1) size it; KDB_LONG=1 runs 4 seeds of 150 steps.
 func TestErrSweep_EveryOperation(t *testing.T) {
 	steps, seeds := 80, 1
 	if raceEnabled {
-		steps = 40
+		steps = 16
 	}
 	if os.Getenv("KDB_LONG") != "" {
 		steps, seeds = 150, 4
@@ -109,10 +118,10 @@ func TestErrSweep_EveryOperation(t *testing.T) {
 	for seed := 1; seed <= seeds; seed++ {
 		failures = append(failures, runErrSweep(t, uint64(seed), steps, &c)...)
 	}
-	t.Logf("points=%d panics=%d lost=%d check-failures=%d (problems=%d; open-failed=%d failed-handles=%d step-errors-without-failing=%d close-errors=%d tolerated=%d; %d seeds x %d steps)",
-		c.points, c.panics, c.lost, c.checkFailures, c.problems, c.openFailed, c.failedHandles, c.stepErrors, c.closeErrors, c.tolerated, seeds, steps)
+	t.Logf("points=%d panics=%d lost=%d check-failures=%d (wrong-reads=%d problems=%d; open-failed=%d failed-handles=%d step-errors-without-failing=%d read-errors=%d close-errors=%d tolerated=%d; %d seeds x %d steps)",
+		c.points, c.panics, c.lost, c.checkFailures, c.wrongReads, c.problems, c.openFailed, c.failedHandles, c.stepErrors, c.readErrors, c.closeErrors, c.tolerated, seeds, steps)
 	for i, f := range failures {
-		if i == 200 {
+		if i == 30 {
 			t.Errorf("... and %d more", len(failures)-i)
 			break
 		}
@@ -120,45 +129,99 @@ func TestErrSweep_EveryOperation(t *testing.T) {
 	}
 }
 
-func runErrSweep(t *testing.T, seed uint64, n int, c *sweepCounts) []string {
+// sweepCase is a run to sweep: from the files of base (nil: an empty FS),
+// Open, optionally read everything back, run steps, Close. models[i] is the
+// content before steps[i] (models[0]: the content of base).
+type sweepCase struct {
+	name   string
+	base   *vfs.MemFS
+	steps  []dbtest.Step
+	models []dbtest.State
+	dump   bool
+}
+
+func (sc sweepCase) mem() *vfs.MemFS {
+	if sc.base == nil {
+		return vfs.NewMem()
+	}
+	return sc.base.Clone()
+}
+
+// sweepCases are a fresh store running the whole workload, and a store
+// holding the first half of it, closed without a checkpoint (so that Open
+// replays the journal), reopened, read back and given a few more steps.
+func sweepCases(t *testing.T, seed uint64, n int) []sweepCase {
 	steps := dbtest.Workload(seed, n)
 	models := dbtest.Models(steps)
-
-	// A clean run, counted, twice: the sweep relies on operation indexes
-	// naming the same operation in every run.
-	total := 0
-	for range 2 {
-		efs := errfs.Wrap(vfs.NewMem())
-		db, err := kdb.Open("/db", sweepOptions(efs))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, st := range steps {
-			if err := dbtest.Exec(db, st); err != nil {
-				t.Fatalf("clean run, step %d: %v", i, err)
-			}
-		}
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
-		}
-		if total != 0 && efs.Count() != total {
-			t.Fatalf("clean runs counted %d then %d operations: the sweep needs a deterministic run", total, efs.Count())
-		}
-		total = efs.Count()
-		t.Logf("seed %d: %d steps, %s", seed, n, efs)
+	half := n / 2
+	base := vfs.NewMem()
+	o := sweepOptions(base)
+	o.NoCheckpointOnClose = true
+	db, err := kdb.Open("/db", o)
+	if err != nil {
+		t.Fatal(err)
 	}
+	for i, st := range steps[:half] {
+		if err := dbtest.Exec(db, st); err != nil {
+			t.Fatalf("base, step %d: %v", i, err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	extra := 12
+	if raceEnabled {
+		extra = 4
+	}
+	more := min(half+extra, n)
+	return []sweepCase{
+		{name: "fresh", steps: steps, models: models},
+		{name: "reopen", base: base, steps: steps[half:more], models: models[half : more+1], dump: true},
+	}
+}
 
+func runErrSweep(t *testing.T, seed uint64, n int, c *sweepCounts) []string {
 	var failures []string
-	for _, e := range []error{errfs.ErrInjected, errfs.ErrNoSpace} {
-		for _, from := range []bool{false, true} {
-			for k := 1; k <= total; k++ {
-				c.points++
-				if msg := sweepPoint(steps, models, k, e, from, c); msg != "" {
-					mode := "once"
-					if from {
-						mode = "from"
+	for _, sc := range sweepCases(t, seed, n) {
+		// A clean run, counted, twice: the sweep relies on operation
+		// indexes naming the same operation in every run.
+		total := 0
+		for range 2 {
+			efs := errfs.Wrap(sc.mem())
+			db, err := kdb.Open("/db", sweepOptions(efs))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if sc.dump {
+				if got, err := dbtest.Dump(db); err != nil || got.Diff(sc.models[0]) != "" {
+					t.Fatalf("%s: clean run: dump: %v, %v", sc.name, err, got.Diff(sc.models[0]))
+				}
+			}
+			for i, st := range sc.steps {
+				if err := dbtest.Exec(db, st); err != nil {
+					t.Fatalf("%s: clean run, step %d: %v", sc.name, i, err)
+				}
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if total != 0 && efs.Count() != total {
+				t.Fatalf("%s: clean runs counted %d then %d operations: the sweep needs a deterministic run", sc.name, total, efs.Count())
+			}
+			total = efs.Count()
+		}
+		t.Logf("seed %d, %s: %d steps, %d operations", seed, sc.name, len(sc.steps), total)
+		for _, e := range []error{errfs.ErrInjected, errfs.ErrNoSpace} {
+			for _, from := range []bool{false, true} {
+				for k := 1; k <= total; k++ {
+					c.points++
+					if msg := sweepPoint(sc, k, e, from, c); msg != "" {
+						mode := "once"
+						if from {
+							mode = "from"
+						}
+						failures = append(failures, fmt.Sprintf("seed %d, %s, %s at op %d (%s): %s", seed, sc.name, errno(e), k, mode, msg))
 					}
-					failures = append(failures, fmt.Sprintf("seed %d, %s at op %d (%s): %s", seed, errno(e), k, mode, msg))
 				}
 			}
 		}
@@ -184,7 +247,7 @@ func readOnlyOp(op vfs.Op) bool {
 
 // sweepPoint runs the workload with operation k failing with e (once, or
 // from k on) and returns a description of the first problem, or "".
-func sweepPoint(steps []dbtest.Step, models []dbtest.State, k int, e error, from bool, c *sweepCounts) (msg string) {
+func sweepPoint(sc sweepCase, k int, e error, from bool, c *sweepCounts) (msg string) {
 	defer func() {
 		if r := recover(); r != nil {
 			c.panics++
@@ -192,7 +255,8 @@ func sweepPoint(steps []dbtest.Step, models []dbtest.State, k int, e error, from
 		}
 	}()
 	want := errno(e)
-	mem := vfs.NewMem()
+	steps, models := sc.steps, sc.models
+	mem := sc.mem()
 	f := &sweepFault{step: -1}
 	rule := errfs.OnIndex(k, e)
 	if from {
@@ -205,6 +269,7 @@ func sweepPoint(steps []dbtest.Step, models []dbtest.State, k int, e error, from
 		problems = append(problems, fmt.Sprintf(format, args...))
 	}
 	failedStep := len(steps) // the first step that failed; len(steps) if none did
+	readFailed := false      // the read-back failed; no step ran
 
 	db, err := kdb.Open("/db", sweepOptions(efs))
 	if err != nil {
@@ -218,7 +283,30 @@ func sweepPoint(steps []dbtest.Step, models []dbtest.State, k int, e error, from
 		c.openFailed++
 		failedStep = -1
 	} else {
+		if sc.dump {
+			f.setStep(readBack)
+			got, err := dbtest.Dump(db)
+			hit, op, path, _ := f.first()
+			switch {
+			case err != nil:
+				// A failed read is reported and changes nothing.
+				c.readErrors++
+				readFailed = true
+				if !hit {
+					problem("read-back failed without an injected fault: %v", err)
+				} else if !errors.Is(err, want) {
+					problem("read-back failed (fault on %s %s) but the error does not carry %v: %v", op, path, want, err)
+				}
+			case got.Diff(models[0]) != "":
+				c.wrongReads++
+				problem("read-back returned a wrong state without an error: %s", got.Diff(models[0]))
+			}
+		}
 		for i, st := range steps {
+			if readFailed {
+				failedStep = 0
+				break
+			}
 			f.setStep(i)
 			err := dbtest.Exec(db, st)
 			if err == nil {
@@ -255,6 +343,7 @@ func sweepPoint(steps []dbtest.Step, models []dbtest.State, k int, e error, from
 		cerr := db.Close()
 		hit, op, path, at := f.first()
 		switch {
+		case readFailed:
 		case failedStep < len(steps):
 			if cerr == nil && db.Err() != nil {
 				problem("Close of the failed handle returned nil")
@@ -271,7 +360,7 @@ func sweepPoint(steps []dbtest.Step, models []dbtest.State, k int, e error, from
 		case cerr != nil:
 			problem("close failed without an injected fault: %v", cerr)
 		default:
-			c.notReached++
+			problem("the fault at operation %d never fired: the run is not deterministic", k)
 		}
 	}
 
@@ -279,7 +368,7 @@ func sweepPoint(steps []dbtest.Step, models []dbtest.State, k int, e error, from
 	// before the reopen of mem changes it), then the files as they are.
 	before := models[max(failedStep, 0)]
 	after := models[min(failedStep+1, len(models)-1)]
-	if failedStep < 0 {
+	if failedStep < 0 || readFailed {
 		after = before
 	}
 	for _, img := range []struct {
@@ -325,8 +414,13 @@ func sweepPoint(steps []dbtest.Step, models []dbtest.State, k int, e error, from
 	return fmt.Sprintf("%s: %v", where, problems)
 }
 
+// readBack is the step number of sweepCase.dump's read-back, for stepName.
+const readBack = -2
+
 func stepName(i, n int) string {
 	switch {
+	case i == readBack:
+		return "the read-back"
 	case i < 0:
 		return "Open"
 	case i >= n:

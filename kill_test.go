@@ -224,7 +224,7 @@ type killCounts struct {
 }
 
 // TestKill_RandomMoments SIGKILLs a writing child process at random moments,
-// at least 50 times (20 under -race; KDB_LONG=1: 500; KDB_KILLS overrides),
+// at least 50 times (KDB_LONG=1: 500; KDB_KILLS overrides),
 // on one store that accumulates across the rounds. After each kill it
 // reopens the store and requires every acknowledged put with its exact value,
 // every acknowledged delete absent, each batch in flight at the kill wholly
@@ -316,10 +316,13 @@ func TestKill_RandomMoments(t *testing.T) {
 		if rep.RedoApplied {
 			c.redo++
 		}
+		var problems []string
 		if rep.FreeListPath == "scanned" {
 			c.scanned++
+			if rep.Reason == "" {
+				problems = append(problems, "the free list was scanned without a reason")
+			}
 		}
-		var problems []string
 		inBatch := map[string]bool{}
 		// Each batch in flight: wholly old or wholly new.
 		for g, ops := range pending {
