@@ -44,7 +44,7 @@ func (db *DB) Check() (*CheckReport, error) {
 		for _, name := range names {
 			if bytes.HasPrefix(name, []byte(userTreePrefix)) {
 				rep.Indexes++
-			} else if string(name) != segRefsTree {
+			} else if string(name) != segRefsTree && !bytes.HasPrefix(name, []byte(brokerPrefix)) {
 				return fmt.Errorf("%w: unknown tree %q", ErrCorrupt, name)
 			}
 			if string(name) == segRefsTree {
@@ -79,7 +79,7 @@ func (db *DB) Check() (*CheckReport, error) {
 				return err
 			}
 		}
-		return nil
+		return s.checkBroker(names)
 	})
 	if err != nil {
 		return rep, wrapErr(err)

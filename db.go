@@ -62,6 +62,8 @@ type DB struct {
 
 	applied journal.Location // see Invariants
 
+	broker brokerState // the message store's writers: broker.go
+
 	mu struct {
 		sync.Mutex
 		closed    bool
@@ -324,15 +326,28 @@ func (db *DB) Delete(index string, key []byte) error {
 // commit journals ops, waits until they are durable and applied, and
 // returns. The caller must hold db.writeMu (shared or exclusive).
 func (db *DB) commit(ops []op) error {
-	req, err := db.encode(ops)
+	req, err := db.submit(ops)
 	if err != nil {
 		return err
 	}
+	return <-req.done
+}
+
+// submit encodes ops and hands them to the committer without waiting: the
+// caller receives the outcome from req.done. Batches are journaled and
+// applied in the order they were submitted, so a caller that serializes its
+// submissions (the broker) knows the order they take effect in.
+// The caller must hold db.writeMu (shared or exclusive) until req.done.
+func (db *DB) submit(ops []op) (*commitReq, error) {
+	req, err := db.encode(ops)
+	if err != nil {
+		return nil, err
+	}
 	if err := db.waitForRoom(); err != nil {
-		return err
+		return nil, err
 	}
 	db.commitCh <- req
-	return <-req.done
+	return req, nil
 }
 
 // encode builds the journal records of a batch: a value record for each

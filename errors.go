@@ -32,6 +32,11 @@ var (
 	// ErrInvalid reports bad input from the caller: an empty or oversized
 	// key, index name or value, or bad Options.
 	ErrInvalid = errors.New("kdb: invalid argument")
+	// ErrDuplicate is returned by the broker's Send for a message whose ID
+	// is already kept in its destination, or whose producer sequence is not
+	// above its producer's last one; and by Prepare for a transaction ID
+	// already prepared.
+	ErrDuplicate = errors.New("kdb: duplicate message")
 )
 
 // wrapErr maps an error of a lower layer onto the root's sentinels, adding
@@ -40,7 +45,7 @@ func wrapErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []error{ErrCorrupt, ErrVersionMismatch, ErrLocked, ErrClosed, ErrReadOnly, ErrFailed, ErrNotFound, ErrInvalid} {
+	for _, s := range []error{ErrCorrupt, ErrVersionMismatch, ErrLocked, ErrClosed, ErrReadOnly, ErrFailed, ErrNotFound, ErrInvalid, ErrDuplicate} {
 		if errors.Is(err, s) {
 			return err
 		}

@@ -1,0 +1,284 @@
+package kdb
+
+import (
+	"encoding/binary"
+	"fmt"
+)
+
+// BrokerTx is a local broker transaction: its sends and acks, across any
+// destinations, take effect together at Commit (one journal batch: after a
+// crash all of them are there or none) or not at all. Prepare makes it a
+// two-phase transaction. A BrokerTx is not safe for concurrent use.
+type BrokerTx struct {
+	db   *DB
+	ops  []txOp
+	done bool
+}
+
+type txOp struct {
+	kind byte // txSend, txAck, txAckSub
+	dk   DestKind
+	dest string
+	sub  string
+	msg  *Message
+	seqs []uint64
+}
+
+const (
+	txSend   = 1
+	txAck    = 2
+	txAckSub = 3
+)
+
+// BeginTx starts a broker transaction.
+func (db *DB) BeginTx() *BrokerTx { return &BrokerTx{db: db} }
+
+func (tx *BrokerTx) usable() error {
+	if tx.done {
+		return fmt.Errorf("%w: transaction already committed, prepared or rolled back", ErrInvalid)
+	}
+	return nil
+}
+
+// Send adds a message to the transaction; m.Seq is set at Commit. m must
+// not change until then.
+func (tx *BrokerTx) Send(kind DestKind, dest string, m *Message) error {
+	if err := tx.usable(); err != nil {
+		return err
+	}
+	if m == nil {
+		return fmt.Errorf("%w: nil message", ErrInvalid)
+	}
+	tx.ops = append(tx.ops, txOp{kind: txSend, dk: kind, dest: dest, msg: m})
+	return nil
+}
+
+// Ack adds queue acks to the transaction.
+func (tx *BrokerTx) Ack(kind DestKind, dest string, seqs ...uint64) error {
+	if err := tx.usable(); err != nil {
+		return err
+	}
+	tx.ops = append(tx.ops, txOp{kind: txAck, dk: kind, dest: dest, seqs: append([]uint64(nil), seqs...)})
+	return nil
+}
+
+// AckSub adds subscription acks to the transaction.
+func (tx *BrokerTx) AckSub(topic, sub string, seqs ...uint64) error {
+	if err := tx.usable(); err != nil {
+		return err
+	}
+	tx.ops = append(tx.ops, txOp{kind: txAckSub, dk: Topic, dest: topic, sub: sub, seqs: append([]uint64(nil), seqs...)})
+	return nil
+}
+
+func (w *bwrite) runTx(ops []txOp) error {
+	for _, o := range ops {
+		var err error
+		switch o.kind {
+		case txSend:
+			err = w.send(o.dk, o.dest, o.msg)
+		case txAck:
+			err = w.ack(o.dk, o.dest, o.seqs)
+		case txAckSub:
+			err = w.ackSub(o.dest, o.sub, o.seqs)
+		default:
+			err = fmt.Errorf("%w: broker transaction op %d", ErrCorrupt, o.kind)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Commit applies the transaction atomically. If any of its operations fails
+// (a duplicate, an unknown message) nothing is written and the error is
+// returned. On return (nil) it is durable. Either way the transaction is
+// over.
+func (tx *BrokerTx) Commit() error {
+	if err := tx.usable(); err != nil {
+		return err
+	}
+	tx.done = true
+	if len(tx.ops) == 0 {
+		return nil
+	}
+	return tx.db.brokerWrite(false, func(w *bwrite) error { return w.runTx(tx.ops) })
+}
+
+// Rollback abandons the transaction: nothing of it was written.
+func (tx *BrokerTx) Rollback() { tx.done = true }
+
+// Prepare is phase one of a two-phase commit: it checks that the
+// transaction can commit now (no duplicate, every acked message there) and
+// stores it durably under xid. It survives a crash, is listed by Prepared,
+// and is finished by CommitPrepared or RollbackPrepared. Its sends get their
+// sequence numbers at CommitPrepared. A prepared transaction holds no lock:
+// a conflicting write made before CommitPrepared makes it fail (then roll it
+// back). On return (nil) it is durable.
+func (tx *BrokerTx) Prepare(xid string) error {
+	if err := tx.usable(); err != nil {
+		return err
+	}
+	if err := checkName("transaction ID", xid); err != nil {
+		return err
+	}
+	enc := encodeTx(tx.ops)
+	if len(enc) > MaxValueSize {
+		return fmt.Errorf("%w: transaction of %d bytes (max %d)", ErrInvalid, len(enc), MaxValueSize)
+	}
+	err := tx.db.brokerWrite(true, func(w *bwrite) error {
+		if _, ok, err := w.get([]byte(brokerTxTree), []byte(xid)); err != nil {
+			return err
+		} else if ok {
+			return fmt.Errorf("%w: transaction %q is prepared already", ErrDuplicate, xid)
+		}
+		// Dry run on copies, so that m.Seq stays unset until commit.
+		ops, err := decodeTx(enc)
+		if err != nil {
+			return err
+		}
+		if err := w.runTx(ops); err != nil {
+			return err
+		}
+		w.ops, w.own, w.dropped = nil, nil, nil
+		w.order, w.dests = nil, nil
+		w.put([]byte(brokerTxTree), []byte(xid), enc)
+		return nil
+	})
+	if err == nil {
+		tx.done = true
+	}
+	return err
+}
+
+// Prepared returns the IDs of the prepared transactions, in order.
+func (db *DB) Prepared() ([]string, error) {
+	var out []string
+	err := db.View(func(s *Snapshot) error {
+		t := s.tx.Tree([]byte(brokerTxTree))
+		if t == nil {
+			return nil
+		}
+		c := t.Cursor()
+		for k, _, ok := c.First(); ok; k, _, ok = c.Next() {
+			out = append(out, string(k))
+		}
+		return c.Err()
+	})
+	return out, err
+}
+
+// CommitPrepared commits a prepared transaction atomically, with the
+// removal of its prepared record. ErrNotFound if xid is not prepared. On
+// return (nil) it is durable.
+func (db *DB) CommitPrepared(xid string) error {
+	return db.brokerWrite(true, func(w *bwrite) error {
+		v, ok, err := w.get([]byte(brokerTxTree), []byte(xid))
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return fmt.Errorf("%w: prepared transaction %q", ErrNotFound, xid)
+		}
+		ops, err := decodeTx(v)
+		if err != nil {
+			return fmt.Errorf("prepared transaction %q: %w", xid, err)
+		}
+		if err := w.runTx(ops); err != nil {
+			return err
+		}
+		w.del([]byte(brokerTxTree), []byte(xid))
+		return nil
+	})
+}
+
+// RollbackPrepared forgets a prepared transaction. ErrNotFound if xid is
+// not prepared. On return (nil) it is durable.
+func (db *DB) RollbackPrepared(xid string) error {
+	return db.brokerWrite(true, func(w *bwrite) error {
+		if _, ok, err := w.get([]byte(brokerTxTree), []byte(xid)); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("%w: prepared transaction %q", ErrNotFound, xid)
+		}
+		w.del([]byte(brokerTxTree), []byte(xid))
+		return nil
+	})
+}
+
+// encodeTx: version u8, op count uvarint, then per op: kind u8, dest kind
+// u8, dest, sub (uvarint length + bytes), for sends the message
+// (uvarint length + encodeMessage), for acks the count and the seqs
+// (uvarints). FORMAT.md §5.6.
+func encodeTx(ops []txOp) []byte {
+	b := []byte{brokerTxVersion}
+	b = binary.AppendUvarint(b, uint64(len(ops)))
+	for _, o := range ops {
+		b = append(b, o.kind, byte(o.dk))
+		b = appendStr(b, o.dest)
+		b = appendStr(b, o.sub)
+		if o.kind == txSend {
+			m := encodeMessage(o.msg)
+			b = binary.AppendUvarint(b, uint64(len(m)))
+			b = append(b, m...)
+			continue
+		}
+		b = binary.AppendUvarint(b, uint64(len(o.seqs)))
+		for _, s := range o.seqs {
+			b = binary.AppendUvarint(b, s)
+		}
+	}
+	return b
+}
+
+// decodeTx decodes encodeTx's bytes; it never panics and allocates at most
+// a bounded multiple of len(b).
+func decodeTx(b []byte) ([]txOp, error) {
+	d := decoder{b: b}
+	if v := d.byte(); d.err == nil && v != brokerTxVersion {
+		return nil, fmt.Errorf("%w: broker transaction version %d", ErrCorrupt, v)
+	}
+	n := d.uvarint()
+	if d.err == nil && n > uint64(len(b))/4 {
+		return nil, fmt.Errorf("%w: broker transaction: %d ops in %d bytes", ErrCorrupt, n, len(b))
+	}
+	var ops []txOp
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		o := txOp{kind: d.byte(), dk: DestKind(d.byte())}
+		o.dest = string(d.bytes(d.uvarint()))
+		o.sub = string(d.bytes(d.uvarint()))
+		switch o.kind {
+		case txSend:
+			raw := d.bytes(d.uvarint())
+			if d.err != nil {
+				break
+			}
+			m, err := decodeMessage(raw)
+			if err != nil {
+				return nil, err
+			}
+			o.msg = &m
+		case txAck, txAckSub:
+			k := d.uvarint()
+			if d.err == nil && k > uint64(len(b)-d.off) {
+				return nil, fmt.Errorf("%w: broker transaction: %d acks", ErrCorrupt, k)
+			}
+			for j := uint64(0); j < k && d.err == nil; j++ {
+				o.seqs = append(o.seqs, d.uvarint())
+			}
+		default:
+			if d.err == nil {
+				return nil, fmt.Errorf("%w: broker transaction op kind %d", ErrCorrupt, o.kind)
+			}
+		}
+		ops = append(ops, o)
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("%w: broker transaction: %w", ErrCorrupt, d.err)
+	}
+	if d.off != len(b) {
+		return nil, fmt.Errorf("%w: broker transaction: %d trailing bytes", ErrCorrupt, len(b)-d.off)
+	}
+	return ops, nil
+}
