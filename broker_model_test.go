@@ -36,11 +36,11 @@ type mBroker struct {
 }
 
 type mOp struct {
-	kind       int // 1 send, 2 ack, 3 acksub
-	dk         kdb.DestKind
-	dest, sub  string
-	m          mMsg
-	seqs       []uint64
+	kind      int // 1 send, 2 ack, 3 acksub
+	dk        kdb.DestKind
+	dest, sub string
+	m         mMsg
+	seqs      []uint64
 }
 
 func newModel() *mBroker {
