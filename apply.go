@@ -24,7 +24,10 @@ type refDelta struct{ count, bytes int64 }
 func (a *applier) apply(ops []op, vals []journal.Location) error {
 	for i := range ops {
 		o := &ops[i]
-		t := a.tx.Tree(o.tree)
+		t, err := a.tx.OpenTree(o.tree)
+		if err != nil {
+			return err
+		}
 		switch o.kind {
 		case opPut, opPutJournal:
 			if t == nil {
@@ -111,9 +114,11 @@ func (a *applier) flushRefs() error {
 	if len(a.refs) == 0 {
 		return nil
 	}
-	t := a.tx.Tree([]byte(segRefsTree))
+	t, err := a.tx.OpenTree([]byte(segRefsTree))
+	if err != nil {
+		return err
+	}
 	if t == nil {
-		var err error
 		if t, err = a.tx.CreateTree([]byte(segRefsTree)); err != nil {
 			return err
 		}

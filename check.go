@@ -47,14 +47,20 @@ func (db *DB) Check() (*CheckReport, error) {
 			} else if string(name) != segRefsTree && !bytes.HasPrefix(name, []byte(brokerPrefix)) {
 				return fmt.Errorf("%w: unknown tree %q", ErrCorrupt, name)
 			}
+			t, err := s.tx.OpenTree(name)
+			if err != nil {
+				return err
+			}
+			if t == nil {
+				return fmt.Errorf("%w: tree %q listed but missing", ErrCorrupt, name)
+			}
 			if string(name) == segRefsTree {
-				stored, err = readSegRefs(s.tx.Tree(name))
-				if err != nil {
+				if stored, err = readSegRefs(t); err != nil {
 					return err
 				}
 				continue
 			}
-			c := s.tx.Tree(name).Cursor()
+			c := t.Cursor()
 			for k, v, ok := c.First(); ok; k, v, ok = c.Next() {
 				if len(v) == 0 || v[0] > valJournal {
 					return fmt.Errorf("%w: tree %q key %q: bad value tag", ErrCorrupt, name, k)

@@ -115,9 +115,9 @@ func (db *DB) gc(applied journal.Location) error {
 	db.gcMu.Lock()
 	defer db.gcMu.Unlock()
 	err := db.ix.View(func(tx *index.Tx) error {
-		t := tx.Tree([]byte(segRefsTree))
-		if t == nil {
-			return nil
+		t, err := tx.OpenTree([]byte(segRefsTree))
+		if err != nil || t == nil {
+			return err
 		}
 		k, _, ok := t.Cursor().First()
 		if ok && len(k) == 4 {

@@ -45,7 +45,10 @@ type Snapshot struct {
 
 // Get returns a copy of the value of key in the named index, or ErrNotFound.
 func (s *Snapshot) Get(index string, key []byte) ([]byte, error) {
-	t := s.tx.Tree(userTree(index))
+	t, err := s.tx.OpenTree(userTree(index))
+	if err != nil {
+		return nil, err
+	}
 	if t == nil {
 		return nil, fmt.Errorf("%w: index %q", ErrNotFound, index)
 	}
@@ -60,12 +63,12 @@ func (s *Snapshot) Get(index string, key []byte) ([]byte, error) {
 }
 
 // Len returns the number of keys in the named index, without a scan.
-func (s *Snapshot) Len(index string) uint64 {
-	t := s.tx.Tree(userTree(index))
-	if t == nil {
-		return 0
+func (s *Snapshot) Len(index string) (uint64, error) {
+	t, err := s.tx.OpenTree(userTree(index))
+	if err != nil || t == nil {
+		return 0, err
 	}
-	return t.Len()
+	return t.Len(), nil
 }
 
 // Indexes returns the names of the indexes, in order.
@@ -87,7 +90,11 @@ func (s *Snapshot) Indexes() ([]string, error) {
 // index does not exist).
 func (s *Snapshot) Iter(index string) *Iter {
 	it := &Iter{s: s}
-	if t := s.tx.Tree(userTree(index)); t != nil {
+	t, err := s.tx.OpenTree(userTree(index))
+	switch {
+	case err != nil:
+		it.err = err
+	case t != nil:
 		it.c = t.Cursor()
 	}
 	return it

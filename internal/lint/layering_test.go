@@ -53,6 +53,10 @@ func allowedImport(dir, imp string, isTest bool) bool {
 		}
 		return true
 	}
+	if imp == "." {
+		// Only the root's own external tests (package kdb_test) import it.
+		return dir == "." && isTest
+	}
 	for _, a := range allowed[top] {
 		if imp == a || strings.HasPrefix(imp, a+"/") {
 			return true
