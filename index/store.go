@@ -184,8 +184,10 @@ func (s *Store) View(fn func(tx *Tx) error) error {
 		s.mu.Unlock()
 	}()
 	err := fn(tx)
-	if err == nil {
-		err = tx.err
+	if tx.err != nil {
+		// A failed read (I/O, corruption) comes first: fn's own error may
+		// only be its consequence (a tree that looked missing).
+		return tx.err
 	}
 	return err
 }
@@ -224,11 +226,14 @@ func (s *Store) Update(fn func(tx *Tx) error) (err error) {
 		}
 		tx.closed = true
 	}()
-	if err := fn(tx); err != nil {
-		return err
-	}
+	ferr := fn(tx)
 	if tx.err != nil {
-		return tx.err // an operation failed: its changes may be half done
+		// An operation failed: its changes may be half done, and fn's own
+		// error may only be its consequence.
+		return tx.err
+	}
+	if ferr != nil {
+		return ferr
 	}
 	if err := tx.commitLocked(); err != nil {
 		return err
