@@ -40,7 +40,7 @@ type Crasher struct {
 // operation of any kind, with ErrCrashed. k < 1 never crashes.
 func CrashAt(mem *vfs.MemFS, k int, o vfs.CrashOptions) *Crasher {
 	c := &Crasher{mem: mem, k: k, o: o}
-	c.fs = vfs.Intercept(mem, c.hook)
+	c.fs = newSerialFS(vfs.Intercept(mem, c.hook))
 	return c
 }
 
