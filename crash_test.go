@@ -135,13 +135,13 @@ func crashRecovery(img *vfs.MemFS, models []dbtest.State, step int, o vfs.CrashO
 // progress wholly there or wholly absent, and Check must pass. Every 40th
 // point it also crashes the recovery itself at each of its writes.
 //
-// KDB_CRASH_STEPS (default 300, 120 under -race) sets the workload length and
+// KDB_CRASH_STEPS (default 300; 60 under -race or -short) sets the workload length and
 // KDB_CRASH_SEEDS (default 1) the number of seeds; KDB_LONG=1 runs 8 seeds of
 // 1500 steps, well over 100,000 crash points.
 func TestDB_CrashCampaign(t *testing.T) {
 	steps, seeds := 300, 1
-	if raceEnabled {
-		steps = 120
+	if raceEnabled || testing.Short() {
+		steps = 60
 	}
 	if os.Getenv("KDB_LONG") != "" {
 		steps, seeds = 1500, 8
