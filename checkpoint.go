@@ -119,8 +119,15 @@ func (db *DB) gc(applied journal.Location) error {
 		if err != nil || t == nil {
 			return err
 		}
-		k, _, ok := t.Cursor().First()
-		if ok && len(k) == 4 {
+		c := t.Cursor()
+		k, _, ok := c.First()
+		if err := c.Err(); err != nil {
+			return err
+		}
+		if ok {
+			if len(k) != 4 {
+				return fmt.Errorf("%w: segment refs key of %d bytes", ErrCorrupt, len(k))
+			}
 			if seg := journal.SegmentID(binary.BigEndian.Uint32(k)); seg < limit {
 				limit = seg
 			}
