@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # The project's test command: the README shows it and .ci/run runs it.
-# Long sweeps are off by default; see the README for KDB_LONG and friends.
+#  1. gofmt and go vet;
+#  2. every test under the race detector and the kdb_invariants build tag,
+#     with the long campaigns shortened (-short);
+#  3. the root's crash campaign, kill test and error sweep at their default
+#     sizes without the race detector, printing their summary lines.
+# Longer sweeps: KDB_LONG=1 (see the README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 unformatted=$(gofmt -l $(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))
@@ -9,4 +14,8 @@ if [ -n "$unformatted" ]; then
   exit 1
 fi
 go vet ./...
-go test -race -tags kdb_invariants -timeout 15m ./...
+go test -race -tags kdb_invariants -short -timeout 20m ./...
+echo "== crash campaign, kill test and error sweep at default size"
+go test -tags kdb_invariants -count=1 -timeout 20m -v \
+  -run 'TestDB_CrashCampaign|TestKill_RandomMoments|TestErrSweep' . \
+  | grep -E '^(--- |ok|FAIL|PASS)|crash-points=|kills=|points='
