@@ -16,7 +16,8 @@ import (
 // readers and a checkpointer at once on the OS file system (so that clean
 // pages are read through the mmap, which checkpoints write in place). Every
 // Update rewrites all fixed keys with its generation and replaces the extra
-// keys of the previous generation: a View that saw a half-applied Update, or
+// keys (every tenth with a value in an overflow chain) of the previous
+// generation: a View that saw a half-applied Update, or
 // a page freed and rewritten under it, finds mixed generations.
 func TestStore_ConcurrentViewsUpdatesCheckpoints(t *testing.T) {
 	pf, _, err := pagefile.Open(t.TempDir(), pagefile.Options{FS: vfs.OS, PageSize: 512, UnsafeNoSync: true})
@@ -66,7 +67,11 @@ func TestStore_ConcurrentViewsUpdatesCheckpoints(t *testing.T) {
 					seen := 0
 					prefix := []byte("x" + gen + "-")
 					for k, v, ok := c.Seek([]byte("x")); ok; k, v, ok = c.Next() {
-						if !bytes.HasPrefix(k, prefix) || !bytes.Equal(v, bytes.Repeat(prefix, 20)) {
+						reps := 20
+						if seen%10 == 0 {
+							reps = 400 // an overflow chain
+						}
+						if !bytes.HasPrefix(k, prefix) || !bytes.Equal(v, bytes.Repeat(prefix, reps)) {
 							return fmt.Errorf("gen %s: extra key %q", gen, k)
 						}
 						seen++
@@ -126,7 +131,11 @@ func TestStore_ConcurrentViewsUpdatesCheckpoints(t *testing.T) {
 					}
 				}
 				p := fmt.Appendf(nil, "x%d-", g)
-				if err := tr.Put(fmt.Appendf(nil, "x%d-%03d", g, i), bytes.Repeat(p, 20)); err != nil {
+				reps := 20
+				if i%10 == 0 {
+					reps = 400 // an overflow chain
+				}
+				if err := tr.Put(fmt.Appendf(nil, "x%d-%03d", g, i), bytes.Repeat(p, reps)); err != nil {
 					return err
 				}
 			}
