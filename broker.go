@@ -112,6 +112,7 @@ type brokerState struct {
 
 	commits     atomic.Uint64
 	compactions atomic.Uint64
+	movedValues atomic.Uint64
 	compactMu   sync.Mutex
 	compactedAt atomic.Int64 // journal segment of the replay position at the last compaction pass
 }
@@ -524,6 +525,14 @@ func (w *bwrite) ackSub(topic, sub string, seqs []uint64) error {
 // until theirs is applied; the others release it once their batch is
 // submitted. On return (nil) the batch is durable and applied.
 func (db *DB) brokerWrite(exclusive bool, fn func(w *bwrite) error) error {
+	err := db.brokerCommit(exclusive, fn)
+	if err == nil && !exclusive {
+		db.maybeCompact()
+	}
+	return err
+}
+
+func (db *DB) brokerCommit(exclusive bool, fn func(w *bwrite) error) error {
 	db.writeMu.RLock()
 	defer db.writeMu.RUnlock()
 	b := &db.broker
@@ -586,9 +595,6 @@ func (db *DB) brokerWrite(exclusive bool, fn func(w *bwrite) error) error {
 		// Later batches were computed on top of this one: the handle
 		// cannot go on.
 		err = db.fail(fmt.Errorf("broker batch not applied: %w", err))
-	}
-	if err == nil {
-		db.maybeCompact()
 	}
 	return err
 }

@@ -28,6 +28,17 @@ type Stats struct {
 	FreePages  uint64 // pages on the free list
 	PageCount  uint64 // pages in db.data, including the header and meta pages
 
+	// PinnedSegments and PinnedBytes are the journal segments wholly
+	// before the last checkpoint's replay position, kept only because a
+	// live value (a message body never acked, for instance) is in them or
+	// in an older one, and their size on disk. Compactions counts the broker compaction
+	// passes that moved values (CompactedValues of them) out of sparsely
+	// used segments; see compact.go.
+	PinnedSegments  int
+	PinnedBytes     int64
+	Compactions     uint64
+	CompactedValues uint64
+
 	// Recovery is the report of the recovery Open ran.
 	Recovery RecoveryReport
 }
@@ -44,6 +55,8 @@ func (db *DB) Stats() Stats {
 	s.FreePages = db.pf.FreeCount()
 	s.PageCount = uint64(db.pf.PageCount())
 	s.Recovery = db.recovery
+	s.PinnedSegments, s.PinnedBytes = db.pinned()
+	s.Compactions, s.CompactedValues = db.broker.compactions.Load(), db.broker.movedValues.Load()
 	return s
 }
 
