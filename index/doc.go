@@ -15,7 +15,7 @@
 // state of the last Update that had committed when it began, for its whole
 // duration. Checkpoint holds the writer lock only to hand the dirty pages to
 // pagefile.PrepareCheckpoint; the I/O runs without it, so Views and Updates go
-// on. See docs/DESIGN-index.md.
+// on. See docs/DESIGN.md, "Index".
 //
-// Format: docs/FORMAT-index.md (to be merged into docs/FORMAT.md).
+// Format: docs/FORMAT.md §3 "Index pages".
 package index

@@ -141,7 +141,7 @@ func FuzzDecodeNode(f *testing.F) {
 }
 
 // TestFormat_Golden pins the bytes of the index page formats
-// (FORMAT-index.md). Regenerate with go test ./index -run Golden -update.
+// (FORMAT.md §3). Regenerate with go test ./index -run Golden -update.
 func TestFormat_Golden(t *testing.T) {
 	e := newMemEnv(t, 512)
 	e.update(func(tx *Tx) error {

@@ -17,6 +17,6 @@
 // fdatasync (group commit). Read and Iterate run concurrently with Append and
 // with each other; they see only records that are acknowledged.
 //
-// Format: docs/FORMAT.md, "Journal" (docs/FORMAT-journal.md until merged).
-// Design: docs/DESIGN-journal.md.
+// Format: docs/FORMAT.md §4 "Journal".
+// Design: docs/DESIGN.md, "Journal".
 package journal

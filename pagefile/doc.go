@@ -22,6 +22,6 @@
 // time). CommitCheckpoint needs no caller lock and may run concurrently with
 // reads and mutations; only one CommitCheckpoint runs at a time.
 //
-// The on-disk format is specified in docs/FORMAT.md ("Page file"; drafted in
-// docs/FORMAT-pagefile.md).
+// The on-disk format is specified in docs/FORMAT.md §2 "Page file"; the
+// design in docs/DESIGN.md, "Page file".
 package pagefile

@@ -13,5 +13,5 @@
 // Concurrency: an FS and its Files are safe for concurrent use.
 //
 // It writes no on-disk format of its own. The crash model and what each
-// implementation guarantees are in docs/DESIGN-vfs.md.
+// implementation guarantees are in docs/DESIGN.md, "The file-system seam".
 package vfs

@@ -24,7 +24,7 @@ const SectorSize = 512
 const MemMaxFileSize = 4 << 30
 
 // MemFS is an in-memory FS that can produce a power-loss image of itself at
-// any moment (CrashClone). See docs/DESIGN-vfs.md for the crash model.
+// any moment (CrashClone). See docs/DESIGN.md, "The file-system seam" for the crash model.
 //
 // Paths are cleaned with path/filepath; the FS has a single root, so "x",
 // "./x" and "/x" name the same file. The root directory always exists and
