@@ -23,7 +23,9 @@ type CheckReport struct {
 // Check verifies the whole store: the index (page checksums, B-tree order and
 // bounds, equal depth, reachable and free pages covering every page exactly
 // once), every value kept in the journal (readable, checksum intact, of the
-// recorded length), and the per-segment reference counts against a recount.
+// recorded length), the per-segment reference counts against a recount, and
+// the broker trees (FORMAT.md §5.6: per-destination counts and bytes,
+// messages, ID index and subscription reference counts against a recount).
 // Problems come back as an error wrapping ErrCorrupt.
 func (db *DB) Check() (*CheckReport, error) {
 	irep, err := db.ix.Check()
