@@ -16,11 +16,13 @@ import (
 
 // BenchmarkReplay reopens a small store with 64 MiB of 1 KiB puts in the
 // journal to replay. replay-MiB/s is the journal replayed divided by the
-// time recovery spent on the journal (opening it and replaying it).
+// replay phase's time (reading the records after the checkpoint and
+// applying them to the index); journal-MiB/s also counts the journal's open
+// (which reads and verifies every retained segment to find the tail).
 func BenchmarkReplay(b *testing.B) {
 	dir := filepath.Join(b.TempDir(), "db")
 	var bytes float64
-	var spent time.Duration
+	var spent, replay time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -38,12 +40,14 @@ func BenchmarkReplay(b *testing.B) {
 		}
 		bytes += float64(r.BytesReplayed)
 		spent += r.JournalTime + r.ReplayTime
+		replay += r.ReplayTime
 		if err := db.Close(); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()
 	}
-	b.ReportMetric(bytes/(1<<20)/spent.Seconds(), "replay-MiB/s")
+	b.ReportMetric(bytes/(1<<20)/replay.Seconds(), "replay-MiB/s")
+	b.ReportMetric(bytes/(1<<20)/spent.Seconds(), "journal-MiB/s")
 }
 
 // heapSampler records the largest live heap seen.

@@ -11,67 +11,57 @@ import (
 // errChunkFull stops Iterate at a chunk boundary.
 var errChunkFull = errors.New("recovery: chunk full")
 
-// replay applies the journal after from, in chunks of whole journal batches
-// of about o.ChunkRecords records, one index Update each, so that memory
-// stays bounded by the checkpoint policy of the caller rather than by the
-// journal's length.
+// replay applies the journal after from in chunks of o.ChunkRecords records:
+// each chunk is one index Update inside which the journal is iterated, so no
+// record outlives its application and memory stays bounded by the chunk's
+// dirty pages rather than by the journal's length. Iterate verifies a whole
+// journal batch before it delivers its first record, so a torn batch is never
+// half-applied; a chunk may end inside a batch, and the next chunk resumes
+// after the last record applied.
 func replay(st *State, o Options, rep *Report, from journal.Location) error {
-	type rec struct {
-		loc journal.Location
-		r   journal.Record
-	}
-	var chunk []rec
-	apply := func() error {
-		if len(chunk) == 0 {
-			return nil
-		}
+	skipFirst := !from.IsZero()
+	for {
+		var (
+			n, bytes int64
+			last     journal.Location
+			done     bool
+		)
 		err := st.Index.Update(func(tx *index.Tx) error {
-			for _, c := range chunk {
-				if err := o.Apply(tx, c.loc, c.r); err != nil {
-					return fmt.Errorf("recovery: replay %s: %w", c.loc, err)
+			err := st.Journal.Iterate(from, func(loc journal.Location, r journal.Record) error {
+				if skipFirst && !from.Less(loc) {
+					return nil // covered by the checkpoint, or by the last chunk
 				}
+				if n >= int64(o.ChunkRecords) {
+					return errChunkFull
+				}
+				if err := o.Apply(tx, loc, r); err != nil {
+					return fmt.Errorf("recovery: replay %s: %w", loc, err)
+				}
+				n++
+				bytes += int64(len(r.Payload))
+				last = loc
+				return nil
+			})
+			switch {
+			case err == nil:
+				done = true
+				return nil
+			case errors.Is(err, errChunkFull):
+				return nil
 			}
-			return nil
+			return err
 		})
 		if err != nil {
 			return err
 		}
-		for _, c := range chunk {
-			rep.RecordsReplayed++
-			rep.BytesReplayed += int64(len(c.r.Payload))
+		if n > 0 {
+			rep.RecordsReplayed += n
+			rep.BytesReplayed += bytes
+			st.LastApplied = last
 		}
-		st.LastApplied = chunk[len(chunk)-1].loc
-		chunk = chunk[:0]
-		return nil
-	}
-	// Iterate stops once a chunk is full; the next pass resumes after the
-	// last record taken. Iterate verifies a whole journal batch before it
-	// delivers its first record, so a torn batch is never half-applied.
-	start := from
-	skipFirst := !from.IsZero()
-	for {
-		var last journal.Location
-		err := st.Journal.Iterate(start, func(loc journal.Location, r journal.Record) error {
-			if skipFirst && !from.Less(loc) {
-				return nil // covered by the checkpoint, or by the last chunk
-			}
-			if len(chunk) >= o.ChunkRecords {
-				return errChunkFull
-			}
-			chunk = append(chunk, rec{loc, r})
-			last = loc
-			return nil
-		})
-		if err != nil && !errors.Is(err, errChunkFull) {
-			return fmt.Errorf("recovery: journal: %w", err)
-		}
-		if aerr := apply(); aerr != nil {
-			return aerr
-		}
-		if err == nil {
+		if done {
 			return nil
 		}
-		// Resume after the last applied record.
-		start, skipFirst, from = last, true, last
+		from, skipFirst = last, true
 	}
 }
