@@ -83,9 +83,13 @@ type appMeta struct {
 	replayBps uint64
 }
 
+// Meta application bytes, FORMAT.md §5.5.
 const (
-	appMetaVersion = 1
+	appMetaVersion = 2
 	appMetaSize    = 1 + 8 // version u8, replayBps u64
+	// Version 1 (written by early builds): version u8, replay segment u32,
+	// replay offset u64 (a copy of the meta's own replay position).
+	appMetaV1Size = 1 + 4 + 8
 )
 
 func (m appMeta) encode() []byte {
@@ -94,15 +98,19 @@ func (m appMeta) encode() []byte {
 }
 
 // decodeAppMeta decodes the root's meta bytes. Empty bytes (a new store) are
-// the zero appMeta.
+// the zero appMeta; version 1 carries no replay rate.
 func decodeAppMeta(b []byte) (appMeta, error) {
-	if len(b) == 0 {
+	switch {
+	case len(b) == 0:
 		return appMeta{}, nil
+	case b[0] == appMetaVersion && len(b) == appMetaSize:
+		return appMeta{replayBps: binary.LittleEndian.Uint64(b[1:])}, nil
+	case b[0] == 1 && len(b) == appMetaV1Size:
+		return appMeta{}, nil
+	case b[0] != 1 && b[0] != appMetaVersion:
+		return appMeta{}, fmt.Errorf("%w: db.data meta: root bytes version %d", ErrVersionMismatch, b[0])
 	}
-	if len(b) != appMetaSize || b[0] != appMetaVersion {
-		return appMeta{}, fmt.Errorf("%w: db.data meta: root bytes of length %d, version %d", ErrCorrupt, len(b), b[0])
-	}
-	return appMeta{replayBps: binary.LittleEndian.Uint64(b[1:])}, nil
+	return appMeta{}, fmt.Errorf("%w: db.data meta: root bytes of length %d, version %d", ErrCorrupt, len(b), b[0])
 }
 
 // gc removes (or archives) the journal segments that lie wholly before the
