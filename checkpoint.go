@@ -87,9 +87,11 @@ type appMeta struct {
 const (
 	appMetaVersion = 2
 	appMetaSize    = 1 + 8 // version u8, replayBps u64
-	// Version 1 (written by early builds): version u8, replay segment u32,
-	// replay offset u64 (a copy of the meta's own replay position).
-	appMetaV1Size = 1 + 4 + 8
+	// Version 1 was written by early builds in two layouts: version u8,
+	// replay segment u32, replay offset u64 (a copy of the meta's own
+	// replay position); and version u8, replayBps u64.
+	appMetaV1Size     = 1 + 4 + 8
+	appMetaV1RateSize = 1 + 8
 )
 
 func (m appMeta) encode() []byte {
@@ -107,6 +109,8 @@ func decodeAppMeta(b []byte) (appMeta, error) {
 		return appMeta{replayBps: binary.LittleEndian.Uint64(b[1:])}, nil
 	case b[0] == 1 && len(b) == appMetaV1Size:
 		return appMeta{}, nil
+	case b[0] == 1 && len(b) == appMetaV1RateSize:
+		return appMeta{replayBps: binary.LittleEndian.Uint64(b[1:])}, nil
 	case b[0] != 1 && b[0] != appMetaVersion:
 		return appMeta{}, fmt.Errorf("%w: db.data meta: root bytes version %d", ErrVersionMismatch, b[0])
 	}
