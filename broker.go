@@ -659,36 +659,54 @@ func (db *DB) Subscribe(topic, sub string) error {
 }
 
 // Unsubscribe deletes a durable subscription, acking everything pending for
-// it. On return (nil) it is durable.
+// it. A subscription with many messages pending is acked in several
+// batches (a few thousand messages each, fewer with small segments); a
+// crash in between leaves it with fewer messages pending, as if its
+// subscriber had acked them. On return (nil) it is deleted, durably.
 func (db *DB) Unsubscribe(topic, sub string) error {
-	return db.brokerWrite(true, func(w *bwrite) error {
-		d, err := w.dest(Topic, topic, false)
-		if err != nil {
-			return err
-		}
-		id, err := w.sub(d, sub)
-		if err != nil {
-			return err
-		}
-		pt := idTree(brokerPendPrefix, id)
-		if t := w.s.tx.Tree(pt); t != nil {
-			c := t.Cursor()
-			for k, _, ok := c.First(); ok; k, _, ok = c.Next() {
-				if len(k) != 8 {
-					return fmt.Errorf("%w: broker pending key of %d bytes", ErrCorrupt, len(k))
-				}
-				if err := w.unrefMsg(d, binary.BigEndian.Uint64(k)); err != nil {
-					return err
-				}
-			}
-			if err := c.Err(); err != nil {
+	chunk := max(1, db.maxRecord/512)
+	for more := true; more; {
+		more = false
+		err := db.brokerWrite(true, func(w *bwrite) error {
+			d, err := w.dest(Topic, topic, false)
+			if err != nil {
 				return err
 			}
-			w.drop(pt)
+			id, err := w.sub(d, sub)
+			if err != nil {
+				return err
+			}
+			pt := idTree(brokerPendPrefix, id)
+			if t := w.s.tx.Tree(pt); t != nil {
+				c := t.Cursor()
+				n := 0
+				for k, _, ok := c.First(); ok; k, _, ok = c.Next() {
+					if len(k) != 8 {
+						return fmt.Errorf("%w: broker pending key of %d bytes", ErrCorrupt, len(k))
+					}
+					if n == chunk {
+						more = true
+						return nil
+					}
+					n++
+					w.del(pt, bytes.Clone(k))
+					if err := w.unrefMsg(d, binary.BigEndian.Uint64(k)); err != nil {
+						return err
+					}
+				}
+				if err := c.Err(); err != nil {
+					return err
+				}
+				w.drop(pt)
+			}
+			w.del([]byte(brokerSubsTree), append(binary.BigEndian.AppendUint64(nil, d.id), sub...))
+			return nil
+		})
+		if err != nil {
+			return err
 		}
-		w.del([]byte(brokerSubsTree), append(binary.BigEndian.AppendUint64(nil, d.id), sub...))
-		return nil
-	})
+	}
+	return nil
 }
 
 func isNotFound(err error) bool { return err != nil && errors.Is(err, ErrNotFound) }

@@ -480,3 +480,52 @@ func TestBroker_ConcurrentCrash(t *testing.T) {
 	st := db.Stats()
 	t.Logf("%d crash images checked; %d commits for %d batches", len(images), st.Commits, st.Batches)
 }
+
+// TestBroker_UnsubscribeMany deletes a subscription with more messages
+// pending than one batch can ack (small segments).
+func TestBroker_UnsubscribeMany(t *testing.T) {
+	fs := vfs.NewMem()
+	db, err := kdb.Open("/db", &kdb.Options{FS: fs, SegmentSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if _, err := db.Check(); err != nil {
+			t.Error(err)
+		}
+		_ = db.Close()
+	}()
+	for _, s := range []string{"keep", "drop"} {
+		if err := db.Subscribe("t", s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 1000
+	for i := range n {
+		mustSend(t, db, kdb.Topic, "t", msg(fmt.Sprint("m", i), "", 0, "x"))
+	}
+	if err := db.Unsubscribe("t", "drop"); err != nil {
+		t.Fatal(err)
+	}
+	if p, _ := db.Pending("t", "keep"); p != n {
+		t.Fatalf("keep pending %d", p)
+	}
+	if subs, _ := db.Subscriptions("t"); len(subs) != 1 {
+		t.Fatalf("%+v", subs)
+	}
+	ms, _ := db.ReadSub("t", "keep", 0, 2*n)
+	seqs := make([]uint64, len(ms))
+	for i, m := range ms {
+		seqs[i] = m.Seq
+	}
+	for len(seqs) > 0 {
+		k := min(len(seqs), 50)
+		if err := db.AckSub("t", "keep", seqs[:k]...); err != nil {
+			t.Fatal(err)
+		}
+		seqs = seqs[k:]
+	}
+	if d, _ := db.Destination(kdb.Topic, "t"); d.Count != 0 {
+		t.Fatalf("%+v", d)
+	}
+}

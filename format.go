@@ -35,7 +35,7 @@ const (
 	segRefsTree    = "k/segrefs" // journal segment (u32 big-endian) -> live values in it (u64 LE), bytes (u64 LE)
 )
 
-// Broker trees, FORMAT.md §5.6 (/work/notes/format-root.md). <id> is a
+// Broker trees, docs/FORMAT.md §5.6. <id> is a
 // destination's or subscription's id, u64 big-endian; seq keys are u64
 // big-endian so that trees iterate in sequence order.
 const (
