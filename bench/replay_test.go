@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/metrics"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -86,7 +87,8 @@ func (h *heapSampler) Stop() uint64 {
 	return h.peak
 }
 
-// BenchmarkMemory writes 1 GiB (4 GiB with KDB_BENCH_BIG=1) with default
+// BenchmarkMemory writes 1 GiB (4 GiB with KDB_BENCH_BIG=1, or
+// KDB_BENCH_MEMORY_MIB) with default
 // options, half in values small enough to live in the B-tree and half in
 // 16 KiB values kept in the journal, in batches of about 1 MiB from 4
 // writers, and reports the largest live Go heap seen (sampled every 5 ms).
@@ -95,7 +97,12 @@ func BenchmarkMemory(b *testing.B) {
 	if os.Getenv("KDB_BENCH_BIG") != "" {
 		total = 4 << 30
 	}
+	if v, err := strconv.ParseInt(os.Getenv("KDB_BENCH_MEMORY_MIB"), 10, 64); err == nil {
+		total = v << 20
+	}
 	var peak uint64
+	var stalls uint64
+	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		dir := filepath.Join(b.TempDir(), "db")
 		runtime.GC()
@@ -140,6 +147,7 @@ func BenchmarkMemory(b *testing.B) {
 			}()
 		}
 		wg.Wait()
+		stalls += db.Stats().WriteStalls
 		if err := db.Close(); err != nil {
 			b.Fatal(err)
 		}
@@ -149,4 +157,6 @@ func BenchmarkMemory(b *testing.B) {
 	}
 	b.ReportMetric(float64(peak)/(1<<20), "peak-heap-MiB")
 	b.ReportMetric(float64(total)/(1<<20), "MiB-written")
+	b.ReportMetric(float64(total)*float64(b.N)/(1<<20)/time.Since(start).Seconds(), "MiB/s")
+	b.ReportMetric(float64(stalls)/float64(b.N), "write-stalls")
 }

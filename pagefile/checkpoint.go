@@ -113,8 +113,7 @@ func (f *File) CommitCheckpoint(cp *Checkpoint) error {
 		ReplayOffset:  cp.update.ReplayOffset,
 		App:           cp.update.App,
 	}
-	positions, images := f.encodeBatch(cp, &meta)
-	newView, err := f.writeCheckpoint(cp, &meta, positions, images, redoDirSync)
+	newView, err := f.writeCheckpoint(cp, &meta, redoDirSync)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err != nil {
@@ -127,9 +126,11 @@ func (f *File) CommitCheckpoint(cp *Checkpoint) error {
 	}
 	v := f.mu.view
 	for _, e := range cp.entries {
-		// INVARIANT: the page was written in place and synced; clear its
-		// verified bit before a reader can reach it through the mapping.
-		v.clearVerified(e.id)
+		// INVARIANT: the page was written in place and synced, and the
+		// mapping now shows the bytes this commit encoded (or, if it was
+		// dirtied again, reads go to the dirty cache until the next
+		// commit): they need no checksum verification when read.
+		v.setVerified(e.id)
 		if f.mu.dirty[e.id] == e.d {
 			delete(f.mu.dirty, e.id)
 		}
@@ -149,27 +150,80 @@ func (f *File) Checkpoint(u MetaUpdate) error {
 	return f.CommitCheckpoint(cp)
 }
 
-// encodeBatch sorts the batch and encodes it: the meta slot image first,
-// then the pages in ID order, one page image each.
-func (f *File) encodeBatch(cp *Checkpoint, meta *Meta) ([]uint64, []byte) {
+// batch is a sorted checkpoint batch whose page images are encoded on
+// demand: image 0 is the meta slot, image i > 0 the page of entries[i-1].
+// Encoding is deterministic, so the batch is encoded once for db.redo and
+// once more for db.data, a chunk at a time, and never held whole in memory.
+type batch struct {
+	f         *File
+	cp        *Checkpoint
+	meta      *Meta
+	positions []uint64 // page position of each image
+	// pageSums holds each page image's own checksum once it has been
+	// encoded, so that encoding it again skips the hashing.
+	pageSums []uint64
+	summed   []bool
+}
+
+// batchChunk is how many bytes of page images a checkpoint encodes and
+// writes at once.
+const batchChunk = 1 << 20
+
+// newBatch sorts the checkpoint's pages and lists the images' positions.
+func (f *File) newBatch(cp *Checkpoint, meta *Meta) *batch {
 	slices.SortFunc(cp.entries, func(a, b batchEntry) int { return cmp.Compare(a.id, b.id) })
-	ps := f.pageSize
 	positions := make([]uint64, 0, len(cp.entries)+1)
-	images := make([]byte, (len(cp.entries)+1)*ps)
 	positions = append(positions, metaSlotPage+meta.Seq%numMetaSlots)
-	encodeMeta(images[:ps], meta, f.storeID)
-	for i, e := range cp.entries {
+	for _, e := range cp.entries {
 		positions = append(positions, uint64(e.id))
-		encodePage(images[(i+1)*ps:(i+2)*ps], e.id, e.d.typ, e.d.payload, meta.Seq)
 	}
-	return positions, images
+	return &batch{f: f, cp: cp, meta: meta, positions: positions,
+		pageSums: make([]uint64, len(positions)), summed: make([]bool, len(positions))}
+}
+
+// encode writes image i into dst (one page).
+func (b *batch) encode(dst []byte, i int) {
+	if i == 0 {
+		encodeMeta(dst, b.meta, b.f.storeID)
+		return
+	}
+	e := b.cp.entries[i-1]
+	if b.summed[i] {
+		encodePageWithSum(dst, e.id, e.d.typ, e.d.payload, b.meta.Seq, b.pageSums[i])
+		return
+	}
+	encodePage(dst, e.id, e.d.typ, e.d.payload, b.meta.Seq)
+	b.pageSums[i], b.summed[i] = binary.LittleEndian.Uint64(dst[pgChecksum:]), true
+}
+
+// writeRuns encodes images [from, to) chunk by chunk into buf and passes
+// each chunk of consecutive images to write with the index of its first
+// image. With runs set, a chunk also ends where positions stop being
+// consecutive, so that each chunk lands in one place of db.data.
+func (b *batch) writeRuns(buf []byte, from, to int, runs bool, write func(first int, images []byte) error) error {
+	ps := b.f.pageSize
+	per := len(buf) / ps
+	for i := from; i < to; {
+		j := i + 1
+		for j < to && j-i < per && (!runs || b.positions[j] == b.positions[j-1]+1) {
+			j++
+		}
+		for k := i; k < j; k++ {
+			b.encode(buf[(k-i)*ps:(k-i+1)*ps], k)
+		}
+		if err := write(i, buf[:(j-i)*ps]); err != nil {
+			return err
+		}
+		i = j
+	}
+	return nil
 }
 
 // writeCheckpoint does the I/O of a commit and returns the new mapping if
 // db.data grew.
 //
 // The caller must hold f.commitMu.
-func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, positions []uint64, images []byte, redoDirSync bool) (*view, error) {
+func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, redoDirSync bool) (*view, error) {
 	ps := f.pageSize
 	// 1. db.free, tagged with the new checkpoint ID.
 	free := encodeFreeFile(f.storeID, meta.ID, meta.PageCount, cp.free)
@@ -185,19 +239,29 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, positions []uint64, i
 		}
 		f.dataUnsynced = false
 	}
+	b := f.newBatch(cp, meta)
+	positions := b.positions
+	buf := make([]byte, max(ps, batchChunk/ps*ps))
 	head := encodeRedoHead(f.storeID, meta.ID, ps, meta.PageCount, positions)
-	sums := make([]byte, 8*len(positions))
-	for i := range positions {
-		putSum(sums[8*i:], images[i*ps:(i+1)*ps])
-	}
-	trailer := redoTrailer(head, sums)
 	if _, err := f.redo.WriteAt(head, 0); err != nil {
 		return nil, fmt.Errorf("pagefile: write %s: %w", f.redoName, err)
 	}
-	if _, err := f.redo.WriteAt(images, int64(len(head))); err != nil {
-		return nil, fmt.Errorf("pagefile: write %s: %w", f.redoName, err)
+	sums := make([]byte, 8*len(positions))
+	err := b.writeRuns(buf, 0, len(positions), false, func(first int, images []byte) error {
+		for k := 0; k*ps < len(images); k++ {
+			putSum(sums[8*(first+k):], images[k*ps:(k+1)*ps])
+		}
+		off := int64(len(head)) + int64(first)*int64(ps)
+		if _, err := f.redo.WriteAt(images, off); err != nil {
+			return fmt.Errorf("pagefile: write %s@%d: %w", f.redoName, off, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	toff := int64(len(head) + len(images))
+	trailer := redoTrailer(head, sums)
+	toff := int64(len(head)) + int64(len(positions))*int64(ps)
 	if _, err := f.redo.WriteAt(trailer, toff); err != nil {
 		return nil, fmt.Errorf("pagefile: write %s: %w", f.redoName, err)
 	}
@@ -224,20 +288,18 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, positions []uint64, i
 		}
 		f.dataSize, grew = newSize, true
 	}
-	for i := 1; i < len(positions); {
-		j := i + 1
-		for j < len(positions) && positions[j] == positions[j-1]+1 {
-			j++
+	writeData := func(first int, images []byte) error {
+		off := int64(positions[first]) * int64(ps)
+		if _, err := f.data.WriteAt(images, off); err != nil {
+			return fmt.Errorf("pagefile: write %s@%d: %w", f.dataName, off, err)
 		}
-		off := int64(positions[i]) * int64(ps)
-		if _, err := f.data.WriteAt(images[i*ps:j*ps], off); err != nil {
-			return nil, fmt.Errorf("pagefile: write %s@%d: %w", f.dataName, off, err)
-		}
-		i = j
+		return nil
 	}
-	moff := int64(positions[0]) * int64(ps)
-	if _, err := f.data.WriteAt(images[:ps], moff); err != nil {
-		return nil, fmt.Errorf("pagefile: write %s@%d: %w", f.dataName, moff, err)
+	if err := b.writeRuns(buf, 1, len(positions), true, writeData); err != nil {
+		return nil, err
+	}
+	if err := b.writeRuns(buf, 0, 1, true, writeData); err != nil {
+		return nil, err
 	}
 	if err := f.sync(f.data, f.dataName); err != nil {
 		return nil, err

@@ -45,6 +45,13 @@ type pageHeader struct {
 // encodePage fills buf (one whole page) with the header and payload and
 // seals it with its checksum. Bytes after the payload are zeroed.
 func encodePage(buf []byte, id PageID, typ PageType, payload []byte, seq uint64) {
+	encodePageWithSum(buf, id, typ, payload, seq, 0)
+	binary.LittleEndian.PutUint64(buf[pgChecksum:], checksum.Sum64(buf[8:]))
+}
+
+// encodePageWithSum is encodePage for a page whose checksum is already
+// known (the same page encoded before): it skips the hashing.
+func encodePageWithSum(buf []byte, id PageID, typ PageType, payload []byte, seq, sum uint64) {
 	clear(buf[:pageHeaderSize])
 	binary.LittleEndian.PutUint64(buf[pgID:], uint64(id))
 	buf[pgType] = byte(typ)
@@ -52,7 +59,7 @@ func encodePage(buf []byte, id PageID, typ PageType, payload []byte, seq uint64)
 	binary.LittleEndian.PutUint64(buf[pgCheckpoint:], seq)
 	n := copy(buf[pageHeaderSize:], payload)
 	clear(buf[pageHeaderSize+n:])
-	binary.LittleEndian.PutUint64(buf[pgChecksum:], checksum.Sum64(buf[8:]))
+	binary.LittleEndian.PutUint64(buf[pgChecksum:], sum)
 }
 
 // decodePage checks one whole page image read from position want of file
