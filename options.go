@@ -62,7 +62,7 @@ type Options struct {
 	CheckpointBytes int64
 	// CheckpointDirtyPages starts a checkpoint once this many pages are
 	// dirty in memory (this bounds the memory they use). Writers wait when
-	// twice as many are dirty. Default: 8192 (32 MiB of 4 KiB pages).
+	// twice as many are dirty. Default: 4096 (16 MiB of 4 KiB pages).
 	CheckpointDirtyPages int
 	// RecoveryTimeTarget, if set, makes checkpoints frequent enough that
 	// replaying the journal written since the last one takes about this
@@ -124,7 +124,7 @@ func (o *Options) withDefaults() Options {
 		r.CheckpointBytes = 64 << 20
 	}
 	if r.CheckpointDirtyPages == 0 {
-		r.CheckpointDirtyPages = 8192
+		r.CheckpointDirtyPages = 4096
 	}
 	return r
 }

@@ -316,6 +316,15 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, redoDirSync bool) (*v
 		}
 	}
 	if grew {
+		f.mu.RLock()
+		cur := f.mu.view
+		f.mu.RUnlock()
+		if cur.mm != nil && f.dataSize <= int64(len(cur.mm)) {
+			// INVARIANT: the file holds these bytes now (Allocate
+			// returned): the mapping may serve them.
+			cur.valid.Store(f.dataSize)
+			return nil, nil
+		}
 		// The checkpoint is durable; a mapping failure still fails the
 		// handle, since reads of the new pages would have nowhere to go.
 		return f.mapData()

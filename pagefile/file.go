@@ -79,10 +79,16 @@ type dirtyPage struct {
 
 // view is one read mapping of db.data (mm == nil: read with ReadAt).
 //
+// The mapping reaches past the end of the file (see mapSize), so that the
+// file can grow under it without a new mapping (and without faulting every
+// page in again); valid is how many of its bytes the file holds, and only
+// those are ever read (reading past the end of the file would fault).
+//
 // verified is a bitmap of the pages of mm whose checksum passed, in chunks
 // allocated on first use, so that mapping a large file costs O(1) here.
 type view struct {
 	mm       []byte
+	valid    atomic.Int64
 	verified []atomic.Pointer[verifyChunk]
 }
 
@@ -249,7 +255,7 @@ func (f *File) Read(id PageID) (PageType, []byte, error) {
 	ps := int64(f.pageSize)
 	off := int64(id) * ps
 	v := f.mu.view
-	if off+ps <= int64(len(v.mm)) {
+	if off+ps <= v.valid.Load() {
 		b := v.mm[off : off+ps : off+ps]
 		if !v.isVerified(id) {
 			if _, err := decodePage(b, id, f.dataName, off); err != nil {

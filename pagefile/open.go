@@ -113,7 +113,7 @@ func (o *opener) open() error {
 	}
 	if rep.FreeListPath == FreeListScanned {
 		// The scan verified every page below the page count.
-		for id := FirstDataPage; id < f.mu.pageCount && int64(id+1)*int64(f.pageSize) <= int64(len(f.mu.view.mm)); id++ {
+		for id := FirstDataPage; id < f.mu.pageCount && int64(id+1)*int64(f.pageSize) <= f.mu.view.valid.Load(); id++ {
 			f.mu.view.setVerified(id)
 		}
 	}
@@ -127,14 +127,29 @@ func (f *File) mapData() (*view, error) {
 	if f.dataSize == 0 {
 		return newView(nil, f.pageSize), nil
 	}
-	mm, err := f.data.Mmap(f.dataSize)
+	size := mapSize(f.dataSize)
+	mm, err := f.data.Mmap(size)
 	if errors.Is(err, vfs.ErrMmapUnsupported) {
 		return newView(nil, f.pageSize), nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pagefile: mmap %s (%d bytes): %w", f.dataName, f.dataSize, err)
+		return nil, fmt.Errorf("pagefile: mmap %s (%d bytes): %w", f.dataName, size, err)
 	}
-	return newView(mm, f.pageSize), nil
+	v := newView(mm, f.pageSize)
+	v.valid.Store(f.dataSize)
+	return v, nil
+}
+
+// mapSize is how much address space to map for a file of size bytes: twice
+// the file, at least 256 MiB, so that the file grows many times before it
+// needs a new mapping. Address space beyond the file costs nothing until a
+// page of it is read, and no page beyond the file is ever read.
+func mapSize(size int64) int64 {
+	m := max(2*size, 256<<20)
+	if m != int64(int(m)) {
+		return size
+	}
+	return m
 }
 
 // create writes a new empty store: db.data (header and meta slot 0 at
