@@ -1,0 +1,146 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/journal"
+)
+
+func init() {
+	register("check", command{
+		summary: "full read-only consistency check: pages, B-trees, free list, journal, broker counts",
+		run:     runCheck,
+	})
+}
+
+type checkOut struct {
+	Dir            string           `json:"dir"`
+	OK             bool             `json:"ok"`
+	Problems       []problem        `json:"problems"`
+	Index          *kdb.CheckReport `json:"index,omitempty"`
+	JournalRecords int64            `json:"journal_records"`
+	JournalBytes   int64            `json:"journal_bytes"`
+}
+
+func runCheck(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("check", "DIR", stderr)
+	asJSON := fs.Bool("json", false, "print one JSON document")
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	dir, ok := oneArg(fs)
+	if !ok {
+		return exitUsage
+	}
+	out, ioErr := checkStore(dir, stderr)
+	if out == nil {
+		fmt.Fprintf(stderr, "kdbtool check: %v\n", ioErr)
+		return exitFor(ioErr)
+	}
+	if *asJSON {
+		if writeJSON(stdout, out) != exitOK {
+			return exitIO
+		}
+	} else {
+		printCheck(stdout, out)
+	}
+	switch {
+	case ioErr != nil:
+		fmt.Fprintf(stderr, "kdbtool check: %v\n", ioErr)
+		return exitIO
+	case !out.OK:
+		return exitProblems
+	}
+	return exitOK
+}
+
+// checkStore runs every check, read-only. It returns a nil out only when
+// db.data cannot be read at all; ioErr is the first error that was not
+// about damaged bytes (the check is then incomplete: exit 3).
+func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
+	in, err := inspectStore(dir)
+	if err != nil {
+		if !isCorrupt(err) {
+			return nil, err
+		}
+		out := &checkOut{Dir: dir, Problems: []problem{{"error", "pagefile", err.Error()}}}
+		return out, nil
+	}
+	out = &checkOut{Dir: dir, Problems: []problem{}}
+	out.Problems = append(out.Problems, in.Problems...)
+	note := func(area string, err error) {
+		if !isCorrupt(err) && ioErr == nil {
+			ioErr = err
+		}
+	}
+	if in.serr != nil {
+		note("store", in.serr)
+	} else if err := checkIndex(dir, out); err != nil {
+		out.Problems = append(out.Problems, problem{"error", "index", err.Error()})
+		note("index", err)
+	}
+	if in.jerr != nil {
+		note("journal", in.jerr)
+	} else if err := checkJournal(dir, out, stderr); err != nil {
+		out.Problems = append(out.Problems, problem{"error", "journal", err.Error()})
+		note("journal", err)
+	}
+	out.OK = true
+	for _, p := range out.Problems {
+		if p.Severity == "error" {
+			out.OK = false
+		}
+	}
+	return out, ioErr
+}
+
+func checkIndex(dir string, out *checkOut) error {
+	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	rep, err := db.Check()
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	out.Index = rep
+	return err
+}
+
+// checkJournal reads every record of the journal, which verifies each
+// record's checksum and the chain.
+func checkJournal(dir string, out *checkOut, stderr io.Writer) error {
+	j, _, err := journal.Open(dir, journal.Options{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	p := newProgress(stderr, "journal records")
+	err = j.Iterate(journal.Location{}, func(_ journal.Location, r journal.Record) error {
+		out.JournalRecords++
+		out.JournalBytes += int64(len(r.Payload))
+		p.add(1)
+		return nil
+	})
+	p.done()
+	if cerr := j.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func printCheck(w io.Writer, o *checkOut) {
+	if o.Index != nil {
+		r := o.Index
+		fmt.Fprintf(w, "index: %d indexes, %d keys, depth %d; %d pages (%d reachable, %d free); %d journal values verified\n",
+			r.Indexes, r.Keys, r.Depth, r.Pages, r.ReachablePages, r.FreePages, r.JournalValues)
+	}
+	fmt.Fprintf(w, "journal: %d records (%d payload bytes) verified\n", o.JournalRecords, o.JournalBytes)
+	printProblems(w, o.Problems)
+	if o.OK {
+		fmt.Fprintf(w, "ok\n")
+	} else {
+		fmt.Fprintf(w, "problems found\n")
+	}
+}

@@ -1,0 +1,419 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/journal"
+	"github.com/kdb-project/kdb/pagefile"
+)
+
+func init() {
+	register("inspect", command{
+		summary: "show meta slots, db.free, db.redo, journal segments, indexes (read-only, no recovery)",
+		run:     runInspect,
+	})
+}
+
+// Inspect output, field names after docs/FORMAT.md.
+type inspectOut struct {
+	Dir       string      `json:"dir"`
+	PageSize  int         `json:"page_size"`
+	StoreID   string      `json:"store_id"`
+	DataSize  int64       `json:"data_size"`
+	Meta      metaOut     `json:"meta"`
+	MetaSlots []slotOut   `json:"meta_slots"`
+	FreeList  freeListOut `json:"free_list"`
+	Redo      redoOut     `json:"redo"`
+	Journal   journalOut  `json:"journal"`
+	Store     storeOut    `json:"store"`
+	Problems  []problem   `json:"problems,omitempty"`
+	raw       *pagefile.Inspection
+	jerr      error // opening the journal read-only
+	serr      error // opening or reading the store read-only
+}
+
+type metaOut struct {
+	CheckpointID  string `json:"checkpoint_id"`
+	Seq           uint64 `json:"seq"`
+	PageSize      uint32 `json:"page_size"`
+	PageCount     uint64 `json:"page_count"`
+	Root          uint64 `json:"root"`
+	ReplaySegment uint64 `json:"replay_segment"`
+	ReplayOffset  uint64 `json:"replay_offset"`
+	AppLen        int    `json:"app_len"`
+}
+
+type slotOut struct {
+	Slot         int    `json:"slot"`
+	Intact       bool   `json:"intact"`
+	Error        string `json:"error,omitempty"`
+	Seq          uint64 `json:"seq"`
+	CheckpointID string `json:"checkpoint_id"`
+	PageCount    uint64 `json:"page_count"`
+}
+
+type freeFileOut struct {
+	Name         string `json:"name"`
+	Present      bool   `json:"present"`
+	Intact       bool   `json:"intact"`
+	Error        string `json:"error,omitempty"`
+	StoreOK      bool   `json:"store_ok"`
+	CheckpointID string `json:"checkpoint_id"`
+	PageCount    uint64 `json:"page_count"`
+	FreePages    uint64 `json:"free_pages"`
+	Ranges       int    `json:"ranges"`
+	MatchesMeta  bool   `json:"matches_meta"`
+}
+
+type freeListOut struct {
+	// MatchesMeta, FreePages, Ranges and CheckpointID describe db.free.
+	Present      bool   `json:"present"`
+	Intact       bool   `json:"intact"`
+	CheckpointID string `json:"checkpoint_id"`
+	MatchesMeta  bool   `json:"matches_meta"`
+	FreePages    uint64 `json:"free_pages"`
+	Ranges       int    `json:"ranges"`
+	// OpenWould is "trusted" (TrustedFile names the file) or "scanned"
+	// (Reason says why).
+	OpenWould   string        `json:"open_would"`
+	TrustedFile string        `json:"trusted_file"`
+	Reason      string        `json:"reason,omitempty"`
+	Files       []freeFileOut `json:"files"`
+}
+
+type redoOut struct {
+	Present    bool   `json:"present"`
+	Size       int64  `json:"size"`
+	WouldApply bool   `json:"would_apply"`
+	Pages      int    `json:"pages"`
+	Ignored    string `json:"ignored,omitempty"`
+}
+
+type segmentOut struct {
+	ID     uint32 `json:"id"`
+	Name   string `json:"name"`
+	Size   int64  `json:"size"`
+	First  string `json:"first"`
+	Last   string `json:"last"`
+	End    string `json:"end"`
+	Sealed bool   `json:"sealed"`
+	// Replay: the segment holds records after the checkpoint's replay
+	// position (or the position itself), so recovery reads it.
+	Replay bool `json:"replay"`
+}
+
+type journalOut struct {
+	Error     string       `json:"error,omitempty"`
+	Segments  []segmentOut `json:"segments"`
+	Records   int64        `json:"records"`
+	Batches   int64        `json:"batches"`
+	Tail      string       `json:"tail"`
+	TornBytes int64        `json:"torn_bytes"`
+	TornAt    string       `json:"torn_at,omitempty"`
+}
+
+type indexOut struct {
+	Name string `json:"name"`
+	Keys uint64 `json:"keys"`
+}
+
+type subOut struct {
+	Name    string `json:"name"`
+	Pending uint64 `json:"pending"`
+}
+
+type destOut struct {
+	Kind          string   `json:"kind"`
+	Name          string   `json:"name"`
+	Count         uint64   `json:"count"`
+	Bytes         uint64   `json:"bytes"`
+	NextSeq       uint64   `json:"next_seq"`
+	Subscriptions []subOut `json:"subscriptions,omitempty"`
+}
+
+type storeOut struct {
+	Error        string     `json:"error,omitempty"`
+	Indexes      []indexOut `json:"indexes"`
+	Destinations []destOut  `json:"destinations"`
+	Prepared     []string   `json:"prepared"`
+}
+
+// problem is one finding of inspect, check or repair.
+type problem struct {
+	Severity string `json:"severity"` // "error" or "warning"
+	Area     string `json:"area"`     // "pagefile", "free_list", "redo", "journal", "index", "store"
+	Message  string `json:"message"`
+}
+
+func runInspect(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("inspect", "DIR", stderr)
+	asJSON := fs.Bool("json", false, "print one JSON document")
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	dir, ok := oneArg(fs)
+	if !ok {
+		return exitUsage
+	}
+	out, err := inspectStore(dir)
+	if err != nil {
+		fmt.Fprintf(stderr, "kdbtool inspect: %v\n", err)
+		return exitFor(err)
+	}
+	code := exitOK
+	for _, p := range out.Problems {
+		if p.Severity == "error" {
+			code = exitProblems
+		}
+	}
+	if *asJSON {
+		if writeJSON(stdout, out) != exitOK {
+			return exitIO
+		}
+		return code
+	}
+	printInspect(stdout, out)
+	return code
+}
+
+// inspectStore reads everything inspect shows. It never writes: the page
+// file through pagefile.Inspect, the journal opened ReadOnly, the store
+// opened ReadOnly (no lock, no recovery on disk). An error is returned only
+// when db.data itself cannot be read; damage elsewhere is a Problem.
+func inspectStore(dir string) (*inspectOut, error) {
+	if err := storeExists(dir); err != nil {
+		return nil, err
+	}
+	in, err := pagefile.Inspect(vfs.OS, dir)
+	if err != nil {
+		return nil, err
+	}
+	out := &inspectOut{Dir: dir, PageSize: in.PageSize, StoreID: in.StoreID, DataSize: in.DataSize, raw: in}
+	m := in.Meta
+	out.Meta = metaOut{
+		CheckpointID: m.ID.String(), Seq: m.Seq, PageSize: m.PageSize, PageCount: m.PageCount,
+		Root: uint64(m.Root), ReplaySegment: m.ReplaySegment, ReplayOffset: m.ReplayOffset, AppLen: len(m.App),
+	}
+	for i, s := range in.Slots {
+		so := slotOut{Slot: i, Intact: s.Intact, Error: s.Err}
+		if s.Intact {
+			so.Seq, so.CheckpointID, so.PageCount = s.Meta.Seq, s.Meta.ID.String(), s.Meta.PageCount
+		} else {
+			out.Problems = append(out.Problems, problem{"warning", "pagefile",
+				fmt.Sprintf("meta slot %d not intact: %s", i, s.Err)})
+		}
+		out.MetaSlots = append(out.MetaSlots, so)
+	}
+
+	fl := &out.FreeList
+	fl.TrustedFile, fl.Reason = in.TrustedFile, in.Reason
+	fl.OpenWould = pagefile.FreeListScanned
+	if in.TrustedFile != "" {
+		fl.OpenWould = pagefile.FreeListTrusted
+	}
+	for _, f := range in.FreeFiles {
+		fo := freeFileOut{Name: f.Name, Present: f.Present, Intact: f.Intact, Error: f.Err, StoreOK: f.StoreOK,
+			PageCount: f.PageCount, FreePages: f.FreePages, Ranges: len(f.Ranges), MatchesMeta: f.MatchesMeta}
+		if f.Intact {
+			fo.CheckpointID = f.ID.String()
+		}
+		fl.Files = append(fl.Files, fo)
+		if f.Name == "db.free" {
+			fl.Present, fl.Intact, fl.CheckpointID = fo.Present, fo.Intact, fo.CheckpointID
+			fl.MatchesMeta, fl.FreePages, fl.Ranges = fo.MatchesMeta, fo.FreePages, fo.Ranges
+		}
+	}
+	if in.TrustedFile == "" {
+		out.Problems = append(out.Problems, problem{"warning", "free_list",
+			"no free-list file matches the meta; Open would scan every page: " + in.Reason})
+	} else if in.TrustedFile != "db.free" {
+		out.Problems = append(out.Problems, problem{"warning", "free_list",
+			"db.free does not match the meta; Open would trust " + in.TrustedFile})
+	}
+
+	if st, err := os.Stat(filepath.Join(dir, "db.redo")); err == nil {
+		out.Redo.Present, out.Redo.Size = true, st.Size()
+	}
+	out.Redo.WouldApply, out.Redo.Pages, out.Redo.Ignored = in.Redo.RedoApplied, in.Redo.RedoPages, in.Redo.RedoIgnored
+	// INVARIANT: pagefile reports an applied batch only through this text
+	// (see the report's API request for a RedoDone flag).
+	if in.Redo.RedoIgnored != "" && !strings.Contains(in.Redo.RedoIgnored, "already applied") {
+		out.Problems = append(out.Problems, problem{"warning", "redo", "db.redo ignored: " + in.Redo.RedoIgnored})
+	}
+
+	out.Journal, out.jerr = inspectJournal(dir, m)
+	if out.Journal.Error != "" {
+		out.Problems = append(out.Problems, problem{"error", "journal", out.Journal.Error})
+	} else if out.Journal.TornBytes > 0 {
+		out.Problems = append(out.Problems, problem{"warning", "journal",
+			fmt.Sprintf("torn tail: %d bytes at %s (recovery truncates them)", out.Journal.TornBytes, out.Journal.TornAt)})
+	}
+
+	out.Store, out.serr = inspectIndexes(dir)
+	if out.Store.Error != "" {
+		out.Problems = append(out.Problems, problem{"error", "store", out.Store.Error})
+	}
+	return out, nil
+}
+
+func inspectJournal(dir string, m pagefile.Meta) (journalOut, error) {
+	jo := journalOut{Segments: []segmentOut{}}
+	j, rep, err := journal.Open(dir, journal.Options{ReadOnly: true})
+	if err != nil {
+		jo.Error = err.Error()
+		return jo, err
+	}
+	defer j.Close()
+	jo.Records, jo.Batches, jo.Tail = rep.Records, rep.Batches, rep.TailLocation.String()
+	jo.TornBytes = rep.TornBytesTruncated
+	if rep.TornBytesTruncated > 0 || !rep.TornAt.IsZero() {
+		jo.TornAt = rep.TornAt.String()
+	}
+	for _, s := range j.Segments() {
+		so := segmentOut{ID: uint32(s.ID), Name: s.ID.String(), Size: s.Size, First: s.First.String(),
+			End: s.End.String(), Sealed: s.Sealed, Replay: uint64(s.ID) >= m.ReplaySegment}
+		if !s.Last.IsZero() {
+			so.Last = s.Last.String()
+		}
+		jo.Segments = append(jo.Segments, so)
+	}
+	return jo, nil
+}
+
+func inspectIndexes(dir string) (storeOut, error) {
+	so := storeOut{Indexes: []indexOut{}, Destinations: []destOut{}, Prepared: []string{}}
+	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+	if err != nil {
+		so.Error = err.Error()
+		return so, err
+	}
+	defer db.Close()
+	err = db.View(func(s *kdb.Snapshot) error {
+		names, err := s.Indexes()
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			k, err := s.Len(n)
+			if err != nil {
+				return err
+			}
+			so.Indexes = append(so.Indexes, indexOut{Name: n, Keys: k})
+		}
+		return nil
+	})
+	if err == nil {
+		var ds []kdb.DestInfo
+		if ds, err = db.Destinations(); err == nil {
+			for _, d := range ds {
+				do := destOut{Kind: d.Kind.String(), Name: d.Name, Count: d.Count, Bytes: d.Bytes, NextSeq: d.NextSeq}
+				if d.Kind == kdb.Topic {
+					subs, serr := db.Subscriptions(d.Name)
+					if serr != nil {
+						err = serr
+						break
+					}
+					for _, s := range subs {
+						do.Subscriptions = append(do.Subscriptions, subOut{s.Name, s.Pending})
+					}
+				}
+				so.Destinations = append(so.Destinations, do)
+			}
+		}
+	}
+	if err == nil {
+		var p []string
+		if p, err = db.Prepared(); err == nil && p != nil {
+			so.Prepared = p
+		}
+	}
+	if err != nil {
+		so.Error = err.Error()
+	}
+	return so, err
+}
+
+func printInspect(w io.Writer, o *inspectOut) {
+	fmt.Fprintf(w, "store %s\n", o.Dir)
+	fmt.Fprintf(w, "  page size %d, store ID %s, db.data %d bytes\n", o.PageSize, o.StoreID, o.DataSize)
+	fmt.Fprintf(w, "meta (Open would use): checkpoint %s, PageCount %d, Root %d, replay db-%d.log@%d\n",
+		o.Meta.CheckpointID, o.Meta.PageCount, o.Meta.Root, o.Meta.ReplaySegment, o.Meta.ReplayOffset)
+	for _, s := range o.MetaSlots {
+		if s.Intact {
+			fmt.Fprintf(w, "  slot %d: intact, seq %d, checkpoint %s, PageCount %d\n", s.Slot, s.Seq, s.CheckpointID, s.PageCount)
+		} else {
+			fmt.Fprintf(w, "  slot %d: NOT intact: %s\n", s.Slot, s.Error)
+		}
+	}
+	if o.FreeList.TrustedFile != "" {
+		fmt.Fprintf(w, "free list: Open would trust %s\n", o.FreeList.TrustedFile)
+	} else {
+		fmt.Fprintf(w, "free list: Open would scan every page (%s)\n", o.FreeList.Reason)
+	}
+	for _, f := range o.FreeList.Files {
+		switch {
+		case !f.Present:
+			fmt.Fprintf(w, "  %s: absent\n", f.Name)
+		case !f.Intact:
+			fmt.Fprintf(w, "  %s: NOT intact: %s\n", f.Name, f.Error)
+		default:
+			fmt.Fprintf(w, "  %s: checkpoint %s, page count %d, free pages %d, ranges %d, matches meta %v\n",
+				f.Name, f.CheckpointID, f.PageCount, f.FreePages, f.Ranges, f.MatchesMeta)
+		}
+	}
+	switch {
+	case !o.Redo.Present:
+		fmt.Fprintf(w, "db.redo: absent\n")
+	case o.Redo.WouldApply:
+		fmt.Fprintf(w, "db.redo: %d bytes, Open would apply it (%d page images)\n", o.Redo.Size, o.Redo.Pages)
+	case o.Redo.Ignored != "":
+		fmt.Fprintf(w, "db.redo: %d bytes, ignored: %s\n", o.Redo.Size, o.Redo.Ignored)
+	default:
+		fmt.Fprintf(w, "db.redo: %d bytes, already applied\n", o.Redo.Size)
+	}
+	if o.Journal.Error != "" {
+		fmt.Fprintf(w, "journal: ERROR %s\n", o.Journal.Error)
+	} else {
+		fmt.Fprintf(w, "journal: %d segments, %d records in %d batches, tail %s", len(o.Journal.Segments),
+			o.Journal.Records, o.Journal.Batches, o.Journal.Tail)
+		if o.Journal.TornBytes > 0 {
+			fmt.Fprintf(w, ", torn tail %d bytes at %s", o.Journal.TornBytes, o.Journal.TornAt)
+		}
+		fmt.Fprintln(w)
+		for _, s := range o.Journal.Segments {
+			fmt.Fprintf(w, "  %s: %d bytes, first %s, last %s, sealed %v, replay %v\n",
+				s.Name, s.Size, s.First, orDash(s.Last), s.Sealed, s.Replay)
+		}
+	}
+	if o.Store.Error != "" {
+		fmt.Fprintf(w, "store: ERROR %s\n", o.Store.Error)
+	} else {
+		fmt.Fprintf(w, "indexes: %d\n", len(o.Store.Indexes))
+		for _, ix := range o.Store.Indexes {
+			fmt.Fprintf(w, "  %s: %d keys\n", ix.Name, ix.Keys)
+		}
+		fmt.Fprintf(w, "destinations: %d\n", len(o.Store.Destinations))
+		for _, d := range o.Store.Destinations {
+			fmt.Fprintf(w, "  %s %s: %d messages, %d bytes, next seq %d\n", d.Kind, d.Name, d.Count, d.Bytes, d.NextSeq)
+			for _, s := range d.Subscriptions {
+				fmt.Fprintf(w, "    subscription %s: %d pending\n", s.Name, s.Pending)
+			}
+		}
+		if len(o.Store.Prepared) > 0 {
+			fmt.Fprintf(w, "prepared transactions: %v\n", o.Store.Prepared)
+		}
+	}
+	printProblems(w, o.Problems)
+}
+
+func printProblems(w io.Writer, ps []problem) {
+	for _, p := range ps {
+		fmt.Fprintf(w, "%s: %s: %s\n", p.Severity, p.Area, p.Message)
+	}
+}

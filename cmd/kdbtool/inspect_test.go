@@ -1,0 +1,45 @@
+package main
+
+import "testing"
+
+func TestInspect_Clean(t *testing.T) {
+	dir := makeStore(t, 500)
+	before := snapshotFiles(t, dir)
+	code, out, errs := runTool(t, "inspect", dir)
+	t.Logf("%s%s", out, errs)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	code, m := runJSON(t, "inspect", "--json", dir)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	if _, ok := jget(t, m, "meta.checkpoint_id").(string); !ok {
+		t.Errorf("meta.checkpoint_id not a string")
+	}
+	if v, _ := jget(t, m, "meta.page_count").(float64); v < 4 {
+		t.Errorf("meta.page_count = %v", v)
+	}
+	if v, _ := jget(t, m, "free_list.matches_meta").(bool); !v {
+		t.Errorf("free_list.matches_meta = false on a clean store")
+	}
+	_ = jget(t, m, "free_list.free_pages").(float64)
+	requireSameFiles(t, before, snapshotFiles(t, dir))
+}
+
+func TestCommands_UsageAndHelp(t *testing.T) {
+	for _, c := range []string{"inspect", "check", "recover", "repair"} {
+		if code, _, _ := runTool(t, c, "-h"); code != exitOK {
+			t.Errorf("%s -h: exit %d", c, code)
+		}
+		if code, _, _ := runTool(t, c); code != exitUsage {
+			t.Errorf("%s without DIR: exit %d", c, code)
+		}
+		if code, _, _ := runTool(t, c, "--nope", "x"); code != exitUsage {
+			t.Errorf("%s --nope: exit %d", c, code)
+		}
+		if code, _, _ := runTool(t, c, t.TempDir()+"/none"); code != exitIO {
+			t.Errorf("%s on a missing dir: exit %d", c, code)
+		}
+	}
+}
