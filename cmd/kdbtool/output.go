@@ -118,3 +118,5 @@ func storeExists(dir string) error {
 	}
 	return nil
 }
+
+func errIsNotFound(err error) bool { return errors.Is(err, kdb.ErrNotFound) }

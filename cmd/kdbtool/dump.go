@@ -1,0 +1,251 @@
+package main
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"sort"
+	"strconv"
+	"unicode/utf8"
+
+	"github.com/kdb-project/kdb"
+)
+
+func init() {
+	register("dump", command{
+		summary: "list the keys of an index or the messages of a destination (read-only)",
+		run:     runDump,
+	})
+}
+
+type dumpKey struct {
+	Key       string `json:"key"` // the key if it is valid UTF-8, else ""
+	KeyHex    string `json:"key_hex"`
+	ValueSize int    `json:"value_size"`
+	Value     string `json:"value,omitempty"` // --values: the value, quoted as in Go if not UTF-8
+}
+
+type dumpMsg struct {
+	Seq         uint64            `json:"seq"`
+	ID          string            `json:"id"`
+	ProducerID  string            `json:"producer_id,omitempty"`
+	ProducerSeq uint64            `json:"producer_seq,omitempty"`
+	Properties  map[string]string `json:"properties,omitempty"`
+	BodySize    int               `json:"body_size"`
+	Body        string            `json:"body,omitempty"` // --values
+}
+
+type dumpOut struct {
+	Index    string    `json:"index,omitempty"`
+	Queue    string    `json:"queue,omitempty"`
+	Topic    string    `json:"topic,omitempty"`
+	Sub      string    `json:"subscription,omitempty"`
+	Keys     []dumpKey `json:"keys,omitempty"`
+	Messages []dumpMsg `json:"messages,omitempty"`
+	// Next is where a following dump with --start would go on ("" or 0
+	// when the end was reached).
+	Next    string `json:"next,omitempty"`
+	NextSeq uint64 `json:"next_seq,omitempty"`
+}
+
+func runDump(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("dump", "--index NAME | --queue NAME | --topic NAME [--sub NAME] DIR", stderr)
+	asJSON := fs.Bool("json", false, "print one JSON document")
+	index := fs.String("index", "", "the index whose keys to list")
+	queue := fs.String("queue", "", "the queue whose messages to list")
+	topic := fs.String("topic", "", "the topic whose messages to list")
+	sub := fs.String("sub", "", "with --topic: only the messages pending for this durable subscription")
+	limit := fs.Int("limit", 100, "at most this many keys or messages (0: all)")
+	start := fs.String("start", "", "first key (index; with --hex, in hex) or first sequence number (destination)")
+	hexKeys := fs.Bool("hex", false, "print keys in hex; --start is hex")
+	values := fs.Bool("values", false, "print values and message bodies too")
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	dir, ok := oneArg(fs)
+	if !ok {
+		return exitUsage
+	}
+	n := 0
+	for _, s := range []string{*index, *queue, *topic} {
+		if s != "" {
+			n++
+		}
+	}
+	if n != 1 || (*sub != "" && *topic == "") || *limit < 0 {
+		fmt.Fprintf(stderr, "kdbtool dump: give exactly one of --index, --queue, --topic (--sub only with --topic)\n")
+		fs.Usage()
+		return exitUsage
+	}
+	if err := storeExists(dir); err != nil {
+		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
+		return exitIO
+	}
+	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+	if err != nil {
+		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
+		return exitFor(err)
+	}
+	defer db.Close()
+	out := &dumpOut{Index: *index, Queue: *queue, Topic: *topic, Sub: *sub}
+	max := *limit
+	if max == 0 {
+		max = int(^uint(0) >> 1)
+	}
+	if *index != "" {
+		from := []byte(*start)
+		if *hexKeys {
+			if from, err = hex.DecodeString(*start); err != nil {
+				fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
+				return exitUsage
+			}
+		}
+		err = dumpIndex(db, out, *index, from, max, *values)
+	} else {
+		var from uint64
+		if *start != "" {
+			if from, err = strconv.ParseUint(*start, 10, 64); err != nil {
+				fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
+				return exitUsage
+			}
+		}
+		err = dumpDest(db, out, from, max, *values)
+	}
+	if errors.Is(err, kdb.ErrNotFound) {
+		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
+		return exitProblems
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
+		return exitFor(err)
+	}
+	if *asJSON {
+		return writeJSON(stdout, out)
+	}
+	for _, k := range out.Keys {
+		key := strconv.Quote(k.Key)
+		if *hexKeys || k.Key == "" && k.KeyHex != "" {
+			key = k.KeyHex
+		}
+		if *values {
+			fmt.Fprintf(stdout, "%s\t%s\n", key, k.Value)
+		} else {
+			fmt.Fprintf(stdout, "%s\t%d bytes\n", key, k.ValueSize)
+		}
+	}
+	for _, m := range out.Messages {
+		fmt.Fprintf(stdout, "%d\t%s\t%d bytes", m.Seq, m.ID, m.BodySize)
+		if m.ProducerID != "" {
+			fmt.Fprintf(stdout, "\tproducer %s/%d", m.ProducerID, m.ProducerSeq)
+		}
+		keys := make([]string, 0, len(m.Properties))
+		for k := range m.Properties {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			fmt.Fprintf(stdout, "\t%s=%s", k, m.Properties[k])
+		}
+		if *values {
+			fmt.Fprintf(stdout, "\t%s", m.Body)
+		}
+		fmt.Fprintln(stdout)
+	}
+	if out.Next != "" {
+		fmt.Fprintf(stdout, "... more: --start %s\n", out.Next)
+	}
+	if out.NextSeq != 0 {
+		fmt.Fprintf(stdout, "... more: --start %d\n", out.NextSeq)
+	}
+	return exitOK
+}
+
+// printable returns b as a string if it is valid UTF-8, else Go-quoted.
+func printable(b []byte) string {
+	if utf8.Valid(b) {
+		return string(b)
+	}
+	return strconv.Quote(string(b))
+}
+
+func dumpIndex(db *kdb.DB, out *dumpOut, name string, from []byte, max int, values bool) error {
+	return db.View(func(s *kdb.Snapshot) error {
+		names, err := s.Indexes()
+		if err != nil {
+			return err
+		}
+		if !slices.Contains(names, name) {
+			return fmt.Errorf("index %q: %w", name, kdb.ErrNotFound)
+		}
+		out.Keys = []dumpKey{}
+		it := s.Iter(name)
+		for ok := it.Seek(from); ok; ok = it.Next() {
+			if len(out.Keys) == max {
+				if utf8.Valid(it.Key()) {
+					out.Next = string(it.Key())
+				} else {
+					out.Next = hex.EncodeToString(it.Key())
+				}
+				break
+			}
+			k := dumpKey{KeyHex: hex.EncodeToString(it.Key())}
+			if utf8.Valid(it.Key()) {
+				k.Key = string(it.Key())
+			}
+			v := it.Value()
+			if v == nil && it.Err() != nil {
+				break
+			}
+			k.ValueSize = len(v)
+			if values {
+				k.Value = printable(v)
+			}
+			out.Keys = append(out.Keys, k)
+		}
+		return it.Err()
+	})
+}
+
+func dumpDest(db *kdb.DB, out *dumpOut, from uint64, max int, values bool) error {
+	kind, name := kdb.Queue, out.Queue
+	if out.Topic != "" {
+		kind, name = kdb.Topic, out.Topic
+	}
+	if _, err := db.Destination(kind, name); err != nil {
+		return fmt.Errorf("%s %q: %w", kind, name, err)
+	}
+	const page = 1000
+	out.Messages = []dumpMsg{}
+	for len(out.Messages) < max {
+		n := min(page, max-len(out.Messages)+1) // one more, to know if there is a next
+		var ms []kdb.Message
+		var err error
+		if out.Sub != "" {
+			ms, err = db.ReadSub(name, out.Sub, from, n)
+		} else {
+			ms, err = db.Read(kind, name, from, n)
+		}
+		if err != nil {
+			return err
+		}
+		for _, m := range ms {
+			if len(out.Messages) == max {
+				out.NextSeq = m.Seq
+				return nil
+			}
+			dm := dumpMsg{Seq: m.Seq, ID: m.ID, ProducerID: m.ProducerID, ProducerSeq: m.ProducerSeq,
+				Properties: m.Properties, BodySize: len(m.Body)}
+			if values {
+				dm.Body = printable(m.Body)
+			}
+			out.Messages = append(out.Messages, dm)
+			from = m.Seq + 1
+		}
+		if len(ms) < n {
+			return nil
+		}
+	}
+	return nil
+}

@@ -1,0 +1,268 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"hash/fnv"
+	"io"
+	mrand "math/rand/v2"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/kdb-project/kdb"
+)
+
+func init() {
+	register("stress", command{
+		summary: "write values with N writers, printing each key once it is durable (crash-test a disk)",
+		run:     runStress,
+	})
+	register("verify", command{
+		summary: "check that every key listed by stress (--acked FILE) is present and intact",
+		run:     runVerify,
+	})
+}
+
+// stressValue is the value stress writes under key: size bytes derived
+// from the key, so that verify can check the content too.
+func stressValue(key string, size int) []byte {
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	r := mrand.New(mrand.NewPCG(h.Sum64(), 0x6b6462))
+	v := make([]byte, size)
+	for i := 0; i+8 <= size; i += 8 {
+		x := r.Uint64()
+		for j := 0; j < 8; j++ {
+			v[i+j] = byte(x >> (8 * j))
+		}
+	}
+	for i := size &^ 7; i < size; i++ {
+		v[i] = byte(r.Uint32())
+	}
+	return v
+}
+
+type stressOut struct {
+	Dir         string  `json:"dir"`
+	Index       string  `json:"index"`
+	Run         string  `json:"run"`
+	Writers     int     `json:"writers"`
+	Size        int     `json:"size"`
+	Acked       int64   `json:"acked"`
+	Seconds     float64 `json:"seconds"`
+	PerSec      float64 `json:"writes_per_sec"`
+	MiBPerS     float64 `json:"mib_per_sec"`
+	Error       string  `json:"error,omitempty"`
+	Interrupted bool    `json:"interrupted"`
+}
+
+// runStress writes until --count writes are acknowledged, --duration has
+// passed, or SIGINT/SIGTERM. Each acknowledged key is printed on stdout
+// (one per line, flushed at once); the summary goes to stderr (as JSON
+// with --json), so that stdout stays the list of acknowledged keys.
+func runStress(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("stress", "DIR", stderr)
+	asJSON := fs.Bool("json", false, "print the summary on stderr as one JSON document")
+	size := fs.Int("size", 1024, "value size in bytes")
+	writers := fs.Int("writers", 4, "concurrent writers")
+	count := fs.Int64("count", 0, "total writes to acknowledge (0: until --duration or a signal; default 1000 if neither is set)")
+	duration := fs.Duration("duration", 0, "how long to write (0: until --count or a signal)")
+	index := fs.String("index", "stress", "the index to write to")
+	segSize := fs.Int64("segment-size", 0, "journal segment size for a new store (0: the default)")
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	dir, ok := oneArg(fs)
+	if !ok {
+		return exitUsage
+	}
+	if *size < 0 || *size > kdb.MaxValueSize || *writers < 1 || *count < 0 || *duration < 0 {
+		fmt.Fprintf(stderr, "kdbtool stress: bad --size, --writers, --count or --duration\n")
+		return exitUsage
+	}
+	if *count == 0 && *duration == 0 {
+		*count = 1000
+	}
+	var rb [4]byte
+	rand.Read(rb[:])
+	runID := hex.EncodeToString(rb[:])
+
+	db, err := kdb.Open(dir, &kdb.Options{SegmentSize: *segSize})
+	if err != nil {
+		fmt.Fprintf(stderr, "kdbtool stress: %v\n", err)
+		return exitFor(err)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *duration)
+		defer cancel()
+	}
+
+	var (
+		outMu    sync.Mutex
+		bw       = bufio.NewWriter(stdout)
+		issued   atomic.Int64
+		acked    atomic.Int64
+		firstErr error
+		errOnce  sync.Once
+		wg       sync.WaitGroup
+	)
+	p := newProgress(stderr, "acknowledged")
+	start := time.Now()
+	for w := 0; w < *writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for n := 0; ctx.Err() == nil; n++ {
+				if *count > 0 && issued.Add(1) > *count {
+					return
+				}
+				key := fmt.Sprintf("%s-w%03d-%010d", runID, w, n)
+				if err := db.Put(*index, []byte(key), stressValue(key, *size)); err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				outMu.Lock()
+				bw.WriteString(key)
+				bw.WriteByte('\n')
+				err := bw.Flush()
+				outMu.Unlock()
+				if err != nil {
+					errOnce.Do(func() { firstErr = err })
+					return
+				}
+				acked.Add(1)
+				p.add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	p.done()
+	secs := time.Since(start).Seconds()
+	interrupted := ctx.Err() != nil && *duration == 0
+	if err := db.Close(); err != nil && firstErr == nil {
+		firstErr = err
+	}
+	so := stressOut{Dir: dir, Index: *index, Run: runID, Writers: *writers, Size: *size, Acked: acked.Load(),
+		Seconds: secs, Error: errString(firstErr), Interrupted: interrupted}
+	if secs > 0 {
+		so.PerSec = float64(so.Acked) / secs
+		so.MiBPerS = float64(so.Acked) * float64(*size) / secs / (1 << 20)
+	}
+	if *asJSON {
+		writeJSON(stderr, so)
+	} else {
+		fmt.Fprintf(stderr, "stress: %d writes of %d bytes acknowledged by %d writers in %.2fs (%.0f/s, %.1f MiB/s), run %s\n",
+			so.Acked, so.Size, so.Writers, secs, so.PerSec, so.MiBPerS, runID)
+		if firstErr != nil {
+			fmt.Fprintf(stderr, "stress: %v\n", firstErr)
+		}
+	}
+	if firstErr != nil {
+		return exitFor(firstErr)
+	}
+	return exitOK
+}
+
+type verifyOut struct {
+	Dir        string   `json:"dir"`
+	Index      string   `json:"index"`
+	Checked    int      `json:"checked"`
+	Missing    []string `json:"missing"`
+	Mismatched []string `json:"mismatched"`
+	OK         bool     `json:"ok"`
+}
+
+func runVerify(args []string, stdout, stderr io.Writer) int {
+	fs := newFlags("verify", "--acked FILE DIR", stderr)
+	asJSON := fs.Bool("json", false, "print one JSON document")
+	ackedPath := fs.String("acked", "", "the keys stress printed, one per line (- for stdin)")
+	index := fs.String("index", "stress", "the index stress wrote to")
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	dir, ok := oneArg(fs)
+	if !ok {
+		return exitUsage
+	}
+	if *ackedPath == "" {
+		fmt.Fprintf(stderr, "kdbtool verify: --acked FILE is required\n")
+		fs.Usage()
+		return exitUsage
+	}
+	var in io.Reader = os.Stdin
+	if *ackedPath != "-" {
+		f, err := os.Open(*ackedPath)
+		if err != nil {
+			fmt.Fprintf(stderr, "kdbtool verify: %v\n", err)
+			return exitIO
+		}
+		defer f.Close()
+		in = f
+	}
+	if err := storeExists(dir); err != nil {
+		fmt.Fprintf(stderr, "kdbtool verify: %v\n", err)
+		return exitIO
+	}
+	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+	if err != nil {
+		fmt.Fprintf(stderr, "kdbtool verify: %v\n", err)
+		return exitFor(err)
+	}
+	defer db.Close()
+	out := &verifyOut{Dir: dir, Index: *index, Missing: []string{}, Mismatched: []string{}}
+	p := newProgress(stderr, "verified")
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), kdb.MaxKeySize*4)
+	for sc.Scan() {
+		key := strings.TrimSpace(sc.Text())
+		if key == "" {
+			continue
+		}
+		out.Checked++
+		p.add(1)
+		v, err := db.Get(*index, []byte(key))
+		switch {
+		case err == nil:
+			if string(v) != string(stressValue(key, len(v))) {
+				out.Mismatched = append(out.Mismatched, key)
+			}
+		case errIsNotFound(err):
+			out.Missing = append(out.Missing, key)
+		default:
+			fmt.Fprintf(stderr, "kdbtool verify: %s: %v\n", key, err)
+			return exitFor(err)
+		}
+	}
+	p.done()
+	if err := sc.Err(); err != nil {
+		fmt.Fprintf(stderr, "kdbtool verify: reading %s: %v\n", *ackedPath, err)
+		return exitIO
+	}
+	out.OK = len(out.Missing) == 0 && len(out.Mismatched) == 0
+	if *asJSON {
+		writeJSON(stdout, out)
+	} else {
+		for _, k := range out.Missing {
+			fmt.Fprintf(stdout, "missing: %s\n", k)
+		}
+		for _, k := range out.Mismatched {
+			fmt.Fprintf(stdout, "wrong value: %s\n", k)
+		}
+		fmt.Fprintf(stdout, "%d keys checked, %d missing, %d with a wrong value\n", out.Checked, len(out.Missing), len(out.Mismatched))
+	}
+	if !out.OK {
+		return exitProblems
+	}
+	return exitOK
+}

@@ -1,0 +1,91 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestStress_VerifyRoundTrip(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := runTool(t, "stress", "--size", "700", "--writers", "4", "--count", "300", dir)
+	if code != 0 {
+		t.Fatalf("stress: exit %d: %s", code, errs)
+	}
+	keys := strings.Fields(out)
+	if len(keys) != 300 {
+		t.Fatalf("stress printed %d keys, want 300", len(keys))
+	}
+	acked := filepath.Join(t.TempDir(), "acked")
+	if err := os.WriteFile(acked, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, m := runJSON(t, "verify", "--json", "--acked", acked, dir)
+	if code != 0 || m["checked"] != float64(300) || m["ok"] != true {
+		t.Fatalf("verify: exit %d, %v", code, m)
+	}
+
+	// A key that was never written is named, and the exit code is 1.
+	if err := os.WriteFile(acked, []byte(out+"never-written\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, vout, _ := runTool(t, "verify", "--acked", acked, dir)
+	if code != 1 || !strings.Contains(vout, "missing: never-written\n") {
+		t.Fatalf("verify with a missing key: exit %d\n%s", code, vout)
+	}
+
+	// A second run adds keys of its own; both lists verify.
+	code, out2, _ := runTool(t, "stress", "--size", "10", "--writers", "2", "--duration", "200ms", dir)
+	if code != 0 || len(strings.Fields(out2)) == 0 {
+		t.Fatalf("stress --duration: exit %d, %d keys", code, len(strings.Fields(out2)))
+	}
+	if err := os.WriteFile(acked, []byte(out+out2), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runTool(t, "verify", "--acked", acked, dir); code != 0 {
+		t.Fatalf("verify both runs: exit %d %s", code, errs)
+	}
+	if code, _, _ := runTool(t, "check", dir); code != 0 {
+		t.Fatalf("check after stress: exit %d", code)
+	}
+	if code, _, _ := runTool(t, "verify", dir); code != exitUsage {
+		t.Errorf("verify without --acked: exit %d", code)
+	}
+}
+
+func TestDump_IndexAndDestinations(t *testing.T) {
+	dir := makeStore(t, 50)
+	before := snapshotFiles(t, dir)
+	code, m := runJSON(t, "dump", "--json", "--index", "users", "--limit", "10", "--start", "user-00005", dir)
+	if code != 0 {
+		t.Fatalf("dump index: exit %d", code)
+	}
+	keys := m["keys"].([]any)
+	if len(keys) != 10 || keys[0].(map[string]any)["key"] != "user-00005" || m["next"] != "user-00015" {
+		t.Errorf("dump index: %d keys, first %v, next %v", len(keys), keys[0], m["next"])
+	}
+	if keys[2].(map[string]any)["value_size"] != float64(len("value-7")) {
+		t.Errorf("dump index: value_size %v", keys[1])
+	}
+	code, out, _ := runTool(t, "dump", "--index", "users", "--limit", "0", "--values", dir)
+	if code != 0 || strings.Count(out, "\n") != 50 || !strings.Contains(out, "\"user-00049\"\tvalue-49\n") {
+		t.Errorf("dump index --values: exit %d\n%s", code, out)
+	}
+	code, m = runJSON(t, "dump", "--json", "--queue", "orders", "--start", "2", "--limit", "2", dir)
+	msgs, _ := m["messages"].([]any)
+	if code != 0 || len(msgs) != 2 || msgs[0].(map[string]any)["id"] != "o1" || m["next_seq"] != float64(4) {
+		t.Errorf("dump queue: exit %d, %v", code, m)
+	}
+	code, m = runJSON(t, "dump", "--json", "--topic", "events", "--sub", "audit", dir)
+	if msgs, _ := m["messages"].([]any); code != 0 || len(msgs) != 5 {
+		t.Errorf("dump topic sub: exit %d, %v", code, m)
+	}
+	if code, _, _ := runTool(t, "dump", "--index", "nope", dir); code != 1 {
+		t.Errorf("dump of a missing index: exit %d, want 1", code)
+	}
+	if code, _, _ := runTool(t, "dump", "--index", "a", "--queue", "b", dir); code != exitUsage {
+		t.Errorf("dump with two targets: exit %d, want 2", code)
+	}
+	requireSameFiles(t, before, snapshotFiles(t, dir))
+}
