@@ -1,0 +1,147 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/kdb-project/kdb"
+)
+
+// storeContent is everything export promises to carry, without sequence
+// numbers (import renumbers them).
+func storeContent(t *testing.T, dir string) string {
+	t.Helper()
+	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var sb strings.Builder
+	err = db.View(func(s *kdb.Snapshot) error {
+		names, err := s.Indexes()
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			it := s.Iter(n)
+			for ok := it.First(); ok; ok = it.Next() {
+				fmt.Fprintf(&sb, "kv %s %q %q\n", n, it.Key(), it.Value())
+			}
+			if err := it.Err(); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dests, err := db.Destinations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgLine := func(m kdb.Message) string {
+		return fmt.Sprintf("%s %s/%d %v %q", m.ID, m.ProducerID, m.ProducerSeq, m.Properties, m.Body)
+	}
+	for _, d := range dests {
+		fmt.Fprintf(&sb, "dest %s %s count %d bytes %d\n", d.Kind, d.Name, d.Count, d.Bytes)
+		ms, err := db.Read(d.Kind, d.Name, 0, 1<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range ms {
+			fmt.Fprintf(&sb, "  msg %s\n", msgLine(m))
+		}
+		if d.Kind == kdb.Topic {
+			subs, err := db.Subscriptions(d.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range subs {
+				fmt.Fprintf(&sb, "  sub %s pending %d\n", s.Name, s.Pending)
+				ms, err := db.ReadSub(d.Name, s.Name, 0, 1<<20)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, m := range ms {
+					fmt.Fprintf(&sb, "    pending %s\n", m.ID)
+				}
+			}
+		}
+	}
+	return sb.String()
+}
+
+func TestExport_ImportRoundTrip(t *testing.T) {
+	dir := makeStore(t, 2000)
+	db, err := kdb.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Subscribe("events", "billing"); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 4; i++ {
+		m := &kdb.Message{ID: fmt.Sprintf("p%d", i), ProducerID: "prod-1", ProducerSeq: uint64(i + 1),
+			Properties: map[string]string{"n": fmt.Sprint(i)}, Body: []byte(strings.Repeat("b", 600*i))}
+		if _, err := db.Send(kdb.Topic, "events", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// audit acks the first two new messages, billing only the last one;
+	// the queue loses its second message.
+	if err := db.AckSub("events", "audit", 6, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.AckSub("events", "billing", 9); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Ack(kdb.Queue, "orders", 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := storeContent(t, dir)
+
+	file := filepath.Join(t.TempDir(), "snap.kdbx")
+	code, m := runJSON(t, "export", "--json", dir, file)
+	if code != 0 || m["keys"] != float64(2000) || m["messages"] != float64(4+4+5) {
+		t.Fatalf("export: exit %d, %v", code, m)
+	}
+	dst := filepath.Join(t.TempDir(), "copy")
+	code, m = runJSON(t, "import", "--json", file, dst)
+	if code != 0 {
+		t.Fatalf("import: exit %d, %v", code, m)
+	}
+	if code, out, _ := runTool(t, "check", dst); code != 0 {
+		t.Fatalf("check of the imported store: exit %d\n%s", code, out)
+	}
+	if got := storeContent(t, dst); !reflect.DeepEqual(got, want) {
+		t.Fatalf("imported store differs:\n--- got\n%s\n--- want\n%s", got, want)
+	}
+
+	// Importing into an existing store, or a truncated snapshot, is refused.
+	if code, _, _ := runTool(t, "import", file, dst); code != 1 {
+		t.Errorf("import into a store: exit %d, want 1", code)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cut := filepath.Join(t.TempDir(), "cut.kdbx")
+	if err := os.WriteFile(cut, b[:len(b)*2/3], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	x := filepath.Join(t.TempDir(), "x")
+	if code, _, errs := runTool(t, "import", cut, x); code != 1 || !strings.Contains(errs, "not a valid kdb export") {
+		t.Errorf("import of a truncated snapshot: exit %d: %s", code, errs)
+	}
+	if _, err := os.Stat(x); !os.IsNotExist(err) {
+		t.Errorf("a failed import left %s behind: %v", x, err)
+	}
+}
