@@ -30,7 +30,9 @@ import (
 //	journal <= compactFactor × live + 3 × CheckpointBytes + 3 × SegmentSize
 //
 // (the journal written since the last checkpoint is about CheckpointBytes,
-// more while a checkpoint runs: writes go on meanwhile, hence the third),
+// more while a checkpoint runs: writes go on meanwhile, hence the third;
+// CheckpointBytes stands for the journal between two checkpoints, which
+// grows if checkpoints lag behind the writers),
 // where live is the bytes of the live values kept in the journal. With
 // much live data the journal stays within compactFactor (4) times it; with
 // little, within a constant of two checkpoint intervals. The space test
