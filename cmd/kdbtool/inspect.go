@@ -116,6 +116,9 @@ type journalOut struct {
 	Tail      string       `json:"tail"`
 	TornBytes int64        `json:"torn_bytes"`
 	TornAt    string       `json:"torn_at,omitempty"`
+	// AfterCheckpoint counts the user records after the checkpoint's
+	// replay position: what a recovery would replay (-1 if unknown).
+	AfterCheckpoint int64 `json:"records_after_checkpoint"`
 }
 
 type indexOut struct {
@@ -137,7 +140,10 @@ type destOut struct {
 	Subscriptions []subOut `json:"subscriptions,omitempty"`
 }
 
+// storeOut is the store as of its last checkpoint: a read-only open does
+// not replay the journal written since (journal.records_after_checkpoint).
 type storeOut struct {
+	AsOf         string     `json:"as_of_checkpoint"`
 	Error        string     `json:"error,omitempty"`
 	Indexes      []indexOut `json:"indexes"`
 	Destinations []destOut  `json:"destinations"`
@@ -256,6 +262,7 @@ func inspectStore(dir string) (*inspectOut, error) {
 	}
 
 	out.Store, out.serr = inspectIndexes(dir)
+	out.Store.AsOf = out.Meta.CheckpointID
 	if out.Store.Error != "" {
 		out.Problems = append(out.Problems, problem{"error", "store", out.Store.Error})
 	}
@@ -274,6 +281,16 @@ func inspectJournal(dir string, m pagefile.Meta) (journalOut, error) {
 	jo.TornBytes = rep.TornBytesTruncated
 	if rep.TornBytesTruncated > 0 || !rep.TornAt.IsZero() {
 		jo.TornAt = rep.TornAt.String()
+	}
+	replayed := journal.Location{Segment: journal.SegmentID(m.ReplaySegment), Offset: int64(m.ReplayOffset)}
+	jo.AfterCheckpoint = 0
+	if err := j.Iterate(journal.Location{Segment: replayed.Segment}, func(loc journal.Location, _ journal.Record) error {
+		if replayed.Less(loc) {
+			jo.AfterCheckpoint++
+		}
+		return nil
+	}); err != nil {
+		jo.AfterCheckpoint = -1
 	}
 	for _, s := range j.Segments() {
 		so := segmentOut{ID: uint32(s.ID), Name: s.ID.String(), Size: s.Size, First: s.First.String(),
@@ -372,6 +389,8 @@ func printInspect(w io.Writer, o *inspectOut) {
 		fmt.Fprintf(w, "db.redo: absent\n")
 	case o.Redo.WouldApply:
 		fmt.Fprintf(w, "db.redo: %d bytes, Open would apply it (%d page images)\n", o.Redo.Size, o.Redo.Pages)
+	case strings.Contains(o.Redo.Ignored, "already applied"):
+		fmt.Fprintf(w, "db.redo: %d bytes, already applied\n", o.Redo.Size)
 	case o.Redo.Ignored != "":
 		fmt.Fprintf(w, "db.redo: %d bytes, ignored: %s\n", o.Redo.Size, o.Redo.Ignored)
 	default:
@@ -385,7 +404,7 @@ func printInspect(w io.Writer, o *inspectOut) {
 		if o.Journal.TornBytes > 0 {
 			fmt.Fprintf(w, ", torn tail %d bytes at %s", o.Journal.TornBytes, o.Journal.TornAt)
 		}
-		fmt.Fprintln(w)
+		fmt.Fprintf(w, "; %d records after the checkpoint\n", o.Journal.AfterCheckpoint)
 		for _, s := range o.Journal.Segments {
 			fmt.Fprintf(w, "  %s: %d bytes, first %s, last %s, sealed %v, replay %v\n",
 				s.Name, s.Size, s.First, orDash(s.Last), s.Sealed, s.Replay)
@@ -394,6 +413,7 @@ func printInspect(w io.Writer, o *inspectOut) {
 	if o.Store.Error != "" {
 		fmt.Fprintf(w, "store: ERROR %s\n", o.Store.Error)
 	} else {
+		fmt.Fprintf(w, "as of checkpoint %s (a read-only open does not replay the journal):\n", o.Store.AsOf)
 		fmt.Fprintf(w, "indexes: %d\n", len(o.Store.Indexes))
 		for _, ix := range o.Store.Indexes {
 			fmt.Fprintf(w, "  %s: %d keys\n", ix.Name, ix.Keys)

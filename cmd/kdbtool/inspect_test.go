@@ -1,6 +1,10 @@
 package main
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/kdb-project/kdb"
+)
 
 func TestInspect_Clean(t *testing.T) {
 	dir := makeStore(t, 500)
@@ -41,5 +45,35 @@ func TestCommands_UsageAndHelp(t *testing.T) {
 		if code, _, _ := runTool(t, c, t.TempDir()+"/none"); code != exitIO {
 			t.Errorf("%s on a missing dir: exit %d", c, code)
 		}
+	}
+}
+
+func TestInspect_JournalAfterCheckpoint(t *testing.T) {
+	dir := t.TempDir()
+	db, err := kdb.Open(dir, &kdb.Options{NoCheckpointOnClose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if err := db.Put("a", []byte{byte(i)}, []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshotFiles(t, dir)
+	code, m := runJSON(t, "inspect", "--json", dir)
+	if code != 0 || jget(t, m, "journal.records_after_checkpoint") != float64(3) {
+		t.Errorf("inspect: exit %d, journal %v", code, m["journal"])
+	}
+	requireSameFiles(t, before, snapshotFiles(t, dir))
+	code, m = runJSON(t, "recover", "--json", dir)
+	if code != 0 || m["records_replayed"] != float64(3) {
+		t.Errorf("recover: exit %d, %v", code, m)
+	}
+	_, m = runJSON(t, "inspect", "--json", dir)
+	if jget(t, m, "journal.records_after_checkpoint") != float64(0) {
+		t.Errorf("inspect after recover: journal %v", m["journal"])
 	}
 }

@@ -188,6 +188,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	ackedPath := fs.String("acked", "", "the keys stress printed, one per line (- for stdin)")
 	index := fs.String("index", "stress", "the index stress wrote to")
+	readOnly := fs.Bool("read-only", false, "open read-only (no recovery, nothing written); such an open sees the store as of its last checkpoint only")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
@@ -214,12 +215,19 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kdbtool verify: %v\n", err)
 		return exitIO
 	}
-	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+	// By default verify opens the store as the application would after a
+	// crash: recovery runs (and is reported on stderr).
+	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: *readOnly})
 	if err != nil {
 		fmt.Fprintf(stderr, "kdbtool verify: %v\n", err)
 		return exitFor(err)
 	}
 	defer db.Close()
+	if !*readOnly {
+		r := db.Recovery()
+		fmt.Fprintf(stderr, "verify: recovery: free list %s, %d records replayed, %d torn bytes truncated\n",
+			r.FreeListPath, r.RecordsReplayed, r.TornBytesTruncated)
+	}
 	out := &verifyOut{Dir: dir, Index: *index, Missing: []string{}, Mismatched: []string{}}
 	p := newProgress(stderr, "verified")
 	sc := bufio.NewScanner(in)
