@@ -34,6 +34,7 @@ func requireFindings(t *testing.T, what string, got any, want []finding) {
 }
 
 func TestDamage_Stores(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		name    string
 		damage  func(t *testing.T, dir string)
@@ -83,6 +84,7 @@ func TestDamage_Stores(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			dir := makeStore(t, 6000)
 			c.damage(t, dir)
 			before := snapshotFiles(t, dir)
@@ -191,6 +193,7 @@ func TestDamage_Stores(t *testing.T) {
 // TestRecover_DamagedBeforeRepair runs recover straight on the damaged
 // stores: it heals a torn tail and a stale db.free by itself.
 func TestRecover_DamagedBeforeRepair(t *testing.T) {
+	t.Parallel()
 	dir := makeStore(t, 500)
 	tornTail(t, dir)
 	code, m := runJSON(t, "recover", "--json", dir)

@@ -77,6 +77,7 @@ func storeContent(t *testing.T, dir string) string {
 }
 
 func TestExport_ImportRoundTrip(t *testing.T) {
+	t.Parallel()
 	dir := makeStore(t, 2000)
 	db, err := kdb.Open(dir, nil)
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 )
 
 func TestInspect_Clean(t *testing.T) {
+	t.Parallel()
 	dir := makeStore(t, 500)
 	before := snapshotFiles(t, dir)
 	code, out, errs := runTool(t, "inspect", dir)
@@ -32,6 +33,7 @@ func TestInspect_Clean(t *testing.T) {
 }
 
 func TestCommands_UsageAndHelp(t *testing.T) {
+	t.Parallel()
 	for _, c := range []string{"inspect", "check", "recover", "repair"} {
 		if code, _, _ := runTool(t, c, "-h"); code != exitOK {
 			t.Errorf("%s -h: exit %d", c, code)
@@ -49,6 +51,7 @@ func TestCommands_UsageAndHelp(t *testing.T) {
 }
 
 func TestInspect_JournalAfterCheckpoint(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	db, err := kdb.Open(dir, &kdb.Options{NoCheckpointOnClose: true})
 	if err != nil {

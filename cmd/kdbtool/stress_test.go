@@ -11,6 +11,7 @@ import (
 )
 
 func TestStress_VerifyRoundTrip(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	code, out, errs := runTool(t, "stress", "--size", "700", "--writers", "4", "--count", "300", dir)
 	if code != 0 {
@@ -58,6 +59,7 @@ func TestStress_VerifyRoundTrip(t *testing.T) {
 }
 
 func TestDump_IndexAndDestinations(t *testing.T) {
+	t.Parallel()
 	dir := makeStore(t, 50)
 	before := snapshotFiles(t, dir)
 	code, m := runJSON(t, "dump", "--json", "--index", "users", "--limit", "10", "--start", "user-00005", dir)
@@ -97,6 +99,7 @@ func TestDump_IndexAndDestinations(t *testing.T) {
 // stress process is SIGKILLed mid-write, and every key it printed must be
 // in the store.
 func TestStress_KillThenVerify(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "stress", "--size", "2000", "--writers", "8", "--duration", "60s", dir)
 	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1")
