@@ -143,7 +143,6 @@ func Open(dir string, opts *Options) (*DB, error) {
 			SyncInterval: o.SyncInterval, MaxRecordSize: db.maxRecord, SkipDamaged: o.SkipDamagedJournal,
 			ArchiveDir: archive, ReadOnly: o.ReadOnly, Logger: o.Logger},
 		Apply:      replay.apply,
-		NoReplay:   o.ReadOnly,
 		ReplayFrom: replayFrom,
 		Checkpoint: func(st *recovery.State, rep *recovery.Report) error {
 			db.pf, db.ix, db.j, db.applied = st.PageFile, st.Index, st.Journal, st.LastApplied

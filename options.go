@@ -35,9 +35,11 @@ type Options struct {
 	// Logger receives the recovery report and events with no caller to
 	// report to. Default: silent.
 	Logger *slog.Logger
-	// ReadOnly opens the store without taking the write lock, running
-	// recovery or writing anything: the state of the last checkpoint plus,
-	// in memory, the journal written since. Default: false.
+	// ReadOnly opens the store without taking the write lock or writing
+	// anything: the state of the last checkpoint (a pending db.redo
+	// overlaid in memory) plus the journal written since, replayed in
+	// memory; a torn journal tail is reported, not cut. Writes return
+	// ErrReadOnly. Default: false.
 	ReadOnly bool
 
 	// PageSize is the page size of a new store (ignored for an existing

@@ -1,6 +1,7 @@
 package pagefile
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"strings"
@@ -202,10 +203,29 @@ func TestFile_MutationErrors(t *testing.T) {
 	if _, err := f.Allocate(); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Allocate after Close: %v", err)
 	}
+	before := mem.Clone()
 	r, _ := mustOpen(t, mem, Options{ReadOnly: true})
 	defer r.Close()
-	if _, err := r.Allocate(); !errors.Is(err, ErrReadOnly) {
+	// Read-only: pages change in memory only; checkpoints are refused.
+	rid, err := r.Allocate()
+	if err != nil {
 		t.Fatalf("Allocate read-only: %v", err)
+	}
+	if err := r.Write(rid, testType, []byte("in memory")); err != nil {
+		t.Fatalf("Write read-only: %v", err)
+	}
+	if typ, p, err := r.Read(rid); err != nil || typ != testType || string(p) != "in memory" {
+		t.Fatalf("Read back read-only: %v %q %v", typ, p, err)
+	}
+	if err := r.Checkpoint(MetaUpdate{}); !errors.Is(err, ErrReadOnly) {
+		t.Fatalf("Checkpoint read-only: %v", err)
+	}
+	for _, name := range []string{"/db/db.data", "/db/db.redo", "/db/db.free"} {
+		a, errA := vfs.ReadFile(mem, name)
+		b, errB := vfs.ReadFile(before, name)
+		if errA != nil || errB != nil || !bytes.Equal(a, b) {
+			t.Fatalf("read-only handle changed %s", name)
+		}
 	}
 	if len(r.Meta().App) != MaxAppMeta {
 		t.Fatalf("App of %d bytes", len(r.Meta().App))

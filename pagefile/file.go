@@ -289,7 +289,23 @@ func readFull(r io.ReaderAt, b []byte, off int64) error {
 	return err
 }
 
-// writableLocked returns why the handle refuses mutations, or nil.
+// mutableLocked returns why the handle refuses changes to pages in memory
+// (Write, Allocate, Free), or nil. A ReadOnly handle takes them: they stay
+// in memory, since it refuses checkpoints.
+//
+// The caller must hold f.mu.
+func (f *File) mutableLocked() error {
+	switch {
+	case f.mu.closed:
+		return ErrClosed
+	case f.mu.err != nil:
+		return f.mu.err
+	}
+	return nil
+}
+
+// writableLocked returns why the handle refuses to write to its files
+// (checkpoints), or nil.
 //
 // The caller must hold f.mu.
 func (f *File) writableLocked() error {
@@ -322,7 +338,7 @@ func (f *File) Write(id PageID, typ PageType, payload []byte) error {
 	d := &dirtyPage{typ: typ, payload: p[:len(p):len(p)]}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.writableLocked(); err != nil {
+	if err := f.mutableLocked(); err != nil {
 		return err
 	}
 	if id < FirstDataPage || id >= f.mu.pageCount {
@@ -341,7 +357,7 @@ func (f *File) Write(id PageID, typ PageType, payload []byte) error {
 func (f *File) Allocate() (PageID, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.writableLocked(); err != nil {
+	if err := f.mutableLocked(); err != nil {
 		return 0, err
 	}
 	id, ok := f.mu.free.allocate()
@@ -365,7 +381,7 @@ func (f *File) AllocateRun(n int) (PageID, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.writableLocked(); err != nil {
+	if err := f.mutableLocked(); err != nil {
 		return 0, err
 	}
 	first, ok := f.mu.free.allocateRun(uint64(n))
@@ -400,7 +416,7 @@ func (f *File) growLocked(n uint64) error {
 func (f *File) Free(id PageID) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if err := f.writableLocked(); err != nil {
+	if err := f.mutableLocked(); err != nil {
 		return err
 	}
 	if id < FirstDataPage || id >= f.mu.pageCount {

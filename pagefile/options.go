@@ -16,8 +16,10 @@ type Options struct {
 	// store keeps its own. Default: 4096.
 	PageSize int
 	// ReadOnly opens without writing anything: a complete db.redo is
-	// overlaid in memory instead of applied, and every mutation returns
-	// ErrReadOnly. Open fails if the store does not exist. Default: false.
+	// overlaid in memory instead of applied; Write, Allocate and Free
+	// change pages in memory only (so a caller can replay its journal on
+	// top), and checkpoints return ErrReadOnly. Open fails if the store
+	// does not exist. Default: false.
 	ReadOnly bool
 	// ForceScan ignores db.free and always rebuilds the free list by a scan
 	// of every page header (for benchmarks and kdbtool). Default: false.
