@@ -140,8 +140,9 @@ type destOut struct {
 	Subscriptions []subOut `json:"subscriptions,omitempty"`
 }
 
-// storeOut is the store as of its last checkpoint: a read-only open does
-// not replay the journal written since (journal.records_after_checkpoint).
+// storeOut is the store as a read-only open sees it: its last checkpoint
+// plus the journal written since (journal.records_after_checkpoint
+// records), replayed in memory.
 type storeOut struct {
 	AsOf         string     `json:"as_of_checkpoint"`
 	Error        string     `json:"error,omitempty"`
@@ -413,7 +414,7 @@ func printInspect(w io.Writer, o *inspectOut) {
 	if o.Store.Error != "" {
 		fmt.Fprintf(w, "store: ERROR %s\n", o.Store.Error)
 	} else {
-		fmt.Fprintf(w, "as of checkpoint %s (a read-only open does not replay the journal):\n", o.Store.AsOf)
+		fmt.Fprintf(w, "checkpoint %s plus the journal after it, replayed in memory:\n", o.Store.AsOf)
 		fmt.Fprintf(w, "indexes: %d\n", len(o.Store.Indexes))
 		for _, ix := range o.Store.Indexes {
 			fmt.Fprintf(w, "  %s: %d keys\n", ix.Name, ix.Keys)

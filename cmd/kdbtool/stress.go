@@ -188,7 +188,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	ackedPath := fs.String("acked", "", "the keys stress printed, one per line (- for stdin)")
 	index := fs.String("index", "stress", "the index stress wrote to")
-	readOnly := fs.Bool("read-only", false, "open read-only (no recovery, nothing written); such an open sees the store as of its last checkpoint only")
+	readOnly := fs.Bool("read-only", false, "open read-only (no lock, nothing written; the journal after the last checkpoint is replayed in memory)")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
