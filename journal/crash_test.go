@@ -192,7 +192,7 @@ func TestJournal_CrashAtEveryWrite(t *testing.T) {
 						so := so
 						so.Seed = int64(seed)<<20 + int64(k)
 						c := kdbtest.CrashAt(vfs.NewMem(), k, so)
-						j, _, err := Open(testDir, Options{FS: newSerialFS(c.FS()), SegmentSize: wl.segSize, Sync: policy})
+						j, _, err := Open(testDir, Options{FS: c.FS(), SegmentSize: wl.segSize, Sync: policy})
 						if err == nil {
 							errs := wl.run(j)
 							for _, e := range errs {
