@@ -408,31 +408,44 @@ func (db *DB) committer() {
 		case <-db.quit:
 			return
 		}
-		size := reqs[0].size
+		size, nops := reqs[0].size, len(reqs[0].ops)
 	gather:
-		for size < db.maxGroup && len(reqs) < 4096 {
+		for size < db.maxGroup && nops < maxGroupOps {
 			select {
 			case r := <-db.commitCh:
 				if size+r.size > db.maxGroup {
 					// INVARIANT: r is answered by the next round; it
 					// fits alone (encode checked it).
-					err := db.commitGroup(reqs)
-					for _, q := range reqs {
-						q.done <- err
-					}
-					reqs, size = append(reqs[:0], r), r.size
+					db.commitAndAnswer(reqs)
+					reqs, size, nops = append(reqs[:0], r), r.size, len(r.ops)
 					continue
 				}
 				reqs = append(reqs, r)
 				size += r.size
+				nops += len(r.ops)
 			default:
 				break gather
 			}
 		}
-		err := db.commitGroup(reqs)
-		for _, q := range reqs {
-			q.done <- err
-		}
+		db.commitAndAnswer(reqs)
+	}
+}
+
+// maxGroupOps bounds the operations the committer applies in one group, and
+// so the pages one group can dirty beyond the writers' limit.
+const maxGroupOps = 4096
+
+// commitAndAnswer waits, if too many pages are dirty, for a checkpoint to
+// write them (writers that passed waitForRoom together could otherwise
+// overshoot the limit by their whole batches), then commits the group and
+// answers its writers.
+func (db *DB) commitAndAnswer(reqs []*commitReq) {
+	err := db.waitForRoom()
+	if err == nil {
+		err = db.commitGroup(reqs)
+	}
+	for _, q := range reqs {
+		q.done <- err
 	}
 }
 
