@@ -28,7 +28,18 @@ type CheckReport struct {
 // messages, ID index and subscription reference counts against a recount).
 // Problems come back as an error wrapping ErrCorrupt.
 func (db *DB) Check() (*CheckReport, error) {
-	irep, err := db.ix.Check()
+	return db.CheckProgress(nil)
+}
+
+// CheckProgress is Check that reports its progress (if progress is not nil):
+// phase "index pages" with the pages checked so far, then phase "keys" with
+// the keys walked so far, every 1,024.
+func (db *DB) CheckProgress(progress func(phase string, done uint64)) (*CheckReport, error) {
+	var pagesFn func(uint64)
+	if progress != nil {
+		pagesFn = func(n uint64) { progress("index pages", n) }
+	}
+	irep, err := db.ix.CheckProgress(pagesFn)
 	if err != nil {
 		return nil, wrapErr(err)
 	}
@@ -38,6 +49,7 @@ func (db *DB) Check() (*CheckReport, error) {
 	}
 	counted := map[journal.SegmentID]refs{}
 	var stored map[journal.SegmentID]refs
+	var walked uint64
 	err = db.View(func(s *Snapshot) error {
 		names, err := s.tx.Trees()
 		if err != nil {
@@ -64,6 +76,9 @@ func (db *DB) Check() (*CheckReport, error) {
 			}
 			c := t.Cursor()
 			for k, v, ok := c.First(); ok; k, v, ok = c.Next() {
+				if walked++; progress != nil && walked%1024 == 0 {
+					progress("keys", walked)
+				}
 				if len(v) == 0 || v[0] > valJournal {
 					return fmt.Errorf("%w: tree %q key %q: bad value tag", ErrCorrupt, name, k)
 				}

@@ -296,3 +296,26 @@ func TestDB_ReadOnlySeesTheJournal(t *testing.T) {
 		}
 	}
 }
+
+func TestDB_CheckProgress(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem(), ValueThreshold: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	putN(t, db, "x", 3000, 1500) // 3000 keys on about 1,500 pages
+	calls := map[string]uint64{}
+	rep, err := db.CheckProgress(func(phase string, done uint64) {
+		if done <= calls[phase] {
+			t.Errorf("%s: progress went from %d to %d", phase, calls[phase], done)
+		}
+		calls[phase] = done
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Reports come every 1,024 keys: the last one at 2,048 of 3,000.
+	if calls["keys"] != 2048 || calls["index pages"] == 0 || calls["index pages"] > rep.ReachablePages {
+		t.Fatalf("progress %v for %+v", calls, rep)
+	}
+}

@@ -39,10 +39,16 @@ const maxProblems = 10
 // Problems give an error wrapping ErrCorrupt that names the first of them
 // (page, key); other errors (I/O) are returned as they are.
 func (s *Store) Check() (*CheckReport, error) {
+	return s.CheckProgress(nil)
+}
+
+// CheckProgress is Check that calls progress (if not nil) with the number of
+// reachable pages checked so far, every 1,024 pages.
+func (s *Store) CheckProgress(progress func(pages uint64)) (*CheckReport, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	pc := s.pf.PageCount()
-	c := &checker{s: s, pc: pc, rep: &CheckReport{PageCount: uint64(pc)}}
+	c := &checker{s: s, pc: pc, rep: &CheckReport{PageCount: uint64(pc)}, progress: progress}
 	if pc > pagefile.FirstDataPage {
 		c.owner = make([]uint8, pc-pagefile.FirstDataPage)
 	}
@@ -113,6 +119,7 @@ type checker struct {
 	rep      *CheckReport
 	problems []error
 	fatal    error // a non-corruption error (I/O): stop
+	progress func(pages uint64)
 
 	leafUsed, leafBytes uint64
 }
@@ -144,6 +151,9 @@ func (c *checker) mark(id pagefile.PageID, o uint8) bool {
 	c.owner[i] = o
 	if o == ownReachable {
 		c.rep.ReachablePages++
+		if c.progress != nil && c.rep.ReachablePages%1024 == 0 {
+			c.progress(c.rep.ReachablePages)
+		}
 	}
 	return true
 }

@@ -77,7 +77,7 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 	}
 	if in.serr != nil {
 		note("store", in.serr)
-	} else if err := checkIndex(dir, out); err != nil {
+	} else if err := checkIndex(dir, out, stderr); err != nil {
 		out.Problems = append(out.Problems, problem{"error", "index", err.Error()})
 		note("index", err)
 	}
@@ -96,12 +96,27 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 	return out, ioErr
 }
 
-func checkIndex(dir string, out *checkOut) error {
+func checkIndex(dir string, out *checkOut, stderr io.Writer) error {
 	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
 	if err != nil {
 		return err
 	}
-	rep, err := db.Check()
+	pages, keys := newProgress(stderr, "index pages checked"), newProgress(stderr, "keys checked")
+	var lastPages, lastKeys uint64
+	rep, err := db.CheckProgress(func(phase string, done uint64) {
+		if phase == "keys" {
+			if lastKeys == 0 {
+				pages.done()
+			}
+			keys.add(done - lastKeys)
+			lastKeys = done
+			return
+		}
+		pages.add(done - lastPages)
+		lastPages = done
+	})
+	pages.done()
+	keys.done()
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
