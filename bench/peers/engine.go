@@ -1,0 +1,200 @@
+// Package peers benchmarks kdb against peer embedded engines (bbolt, Pebble)
+// on the same workloads in the same run. See README.md in this directory.
+package peers
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/kdb-project/kdb"
+	bolt "go.etcd.io/bbolt"
+)
+
+// DB is the part of an engine the benchmarks use.
+type DB interface {
+	// Put stores key=value; on return it is durable (fsync'd), unless the
+	// store was opened for loading.
+	Put(key, value []byte) error
+	// Get returns a copy of the value, or an error if missing.
+	Get(key []byte) ([]byte, error)
+	// Close closes cleanly.
+	Close() error
+}
+
+// Engine opens a store of one engine in a directory.
+type Engine struct {
+	Name string
+	// Open opens (creating if needed) the store in dir. load=true turns
+	// fsync off for bulk loading (the build is not what is measured);
+	// load=false is the durable mode every measured write uses.
+	Open func(dir string, load bool) (DB, error)
+	// Batch writes a batch of puts in one transaction (for loading).
+	Batch func(db DB, keys, values [][]byte) error
+}
+
+// Engines is the list, in the order the benchmarks alternate them.
+var Engines = []Engine{
+	{Name: "kdb", Open: openKDB, Batch: batchKDB},
+	{Name: "bbolt", Open: func(dir string, load bool) (DB, error) { return openBolt(dir, load, false) }, Batch: batchBolt},
+	{Name: "bbolt-nofreelistsync", Open: func(dir string, load bool) (DB, error) { return openBolt(dir, load, true) }, Batch: batchBolt},
+	{Name: "pebble", Open: openPebble, Batch: batchPebble},
+}
+
+// EngineByName returns the engine called name.
+func EngineByName(name string) (Engine, error) {
+	for _, e := range Engines {
+		if e.Name == name {
+			return e, nil
+		}
+	}
+	return Engine{}, fmt.Errorf("unknown engine %q", name)
+}
+
+// ---- kdb ----
+
+const kdbIndex = "peers"
+
+type kdbDB struct{ db *kdb.DB }
+
+func openKDB(dir string, load bool) (DB, error) {
+	opts := &kdb.Options{} // Sync: SyncAlways (default)
+	if load {
+		opts = &kdb.Options{
+			ValueThreshold:       -1,
+			Sync:                 kdb.UnsafeSyncNever,
+			CheckpointInterval:   -1,
+			CheckpointDirtyPages: 16384,
+		}
+	}
+	db, err := kdb.Open(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &kdbDB{db}, nil
+}
+
+func (d *kdbDB) Put(k, v []byte) error        { return d.db.Put(kdbIndex, k, v) }
+func (d *kdbDB) Get(k []byte) ([]byte, error) { return d.db.Get(kdbIndex, k) }
+func (d *kdbDB) Close() error                 { return d.db.Close() }
+func (d *kdbDB) Recovery() kdb.RecoveryReport { return d.db.Recovery() }
+
+func batchKDB(db DB, keys, values [][]byte) error {
+	b := kdb.NewBatch()
+	for i := range keys {
+		b.Put(kdbIndex, keys[i], values[i])
+	}
+	return db.(*kdbDB).db.Write(b)
+}
+
+// ---- bbolt ----
+
+var boltBucket = []byte("peers")
+
+type boltDB struct{ db *bolt.DB }
+
+func openBolt(dir string, load, noFreelistSync bool) (DB, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	db, err := bolt.Open(filepath.Join(dir, "bolt.db"), 0o600, &bolt.Options{
+		NoFreelistSync: noFreelistSync,
+		NoSync:         load,
+		FreelistType:   bolt.FreelistArrayType, // the default
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(boltBucket)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &boltDB{db}, nil
+}
+
+func (d *boltDB) Put(k, v []byte) error {
+	return d.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(boltBucket).Put(k, v) })
+}
+
+func (d *boltDB) Get(k []byte) ([]byte, error) {
+	var out []byte
+	err := d.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(boltBucket).Get(k)
+		if v == nil {
+			return errors.New("bbolt: not found")
+		}
+		out = append([]byte(nil), v...)
+		return nil
+	})
+	return out, err
+}
+
+func (d *boltDB) Close() error { return d.db.Close() }
+
+func batchBolt(db DB, keys, values [][]byte) error {
+	return db.(*boltDB).db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(boltBucket)
+		for i := range keys {
+			if err := bk.Put(keys[i], values[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// ---- pebble ----
+
+type pebbleDB struct {
+	db *pebble.DB
+	wo *pebble.WriteOptions
+}
+
+func openPebble(dir string, load bool) (DB, error) {
+	db, err := pebble.Open(dir, &pebble.Options{})
+	if err != nil {
+		return nil, err
+	}
+	wo := pebble.Sync
+	if load {
+		wo = pebble.NoSync
+	}
+	return &pebbleDB{db, wo}, nil
+}
+
+func (d *pebbleDB) Put(k, v []byte) error { return d.db.Set(k, v, d.wo) }
+
+func (d *pebbleDB) Get(k []byte) ([]byte, error) {
+	v, c, err := d.db.Get(k)
+	if err != nil {
+		return nil, err
+	}
+	out := append([]byte(nil), v...)
+	return out, c.Close()
+}
+
+func (d *pebbleDB) Close() error {
+	if d.wo == pebble.NoSync {
+		if err := d.db.Flush(); err != nil {
+			d.db.Close()
+			return err
+		}
+	}
+	return d.db.Close()
+}
+
+func batchPebble(db DB, keys, values [][]byte) error {
+	d := db.(*pebbleDB)
+	b := d.db.NewBatch()
+	for i := range keys {
+		if err := b.Set(keys[i], values[i], nil); err != nil {
+			return err
+		}
+	}
+	return b.Commit(d.wo)
+}
