@@ -107,10 +107,17 @@ func openBolt(dir string, load, noFreelistSync bool) (DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(boltBucket)
-		return err
-	}); err != nil {
+	// Create the bucket only if missing, so that an open of an existing
+	// store (what open-after-crash times) writes nothing.
+	exists := false
+	_ = db.View(func(tx *bolt.Tx) error { exists = tx.Bucket(boltBucket) != nil; return nil })
+	if !exists && !db.IsReadOnly() {
+		err = db.Update(func(tx *bolt.Tx) error {
+			_, err := tx.CreateBucketIfNotExists(boltBucket)
+			return err
+		})
+	}
+	if err != nil {
 		db.Close()
 		return nil, err
 	}

@@ -1,0 +1,343 @@
+package peers
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Crash simulation: a child process (this test binary re-executed with
+// PEERS_CRASH_CHILD=engine|dir) opens the store in durable mode and writes
+// 1 KiB puts at random keys as fast as it can; the parent SIGKILLs it
+// mid-write (after it has reported crashAfter durable puts, plus a short
+// delay), so the store is left exactly as a process crash leaves it (the
+// page cache is not dropped: this is a process crash, not a power loss).
+const crashAfter = 20
+
+func TestMain(m *testing.M) {
+	if spec := os.Getenv("PEERS_CRASH_CHILD"); spec != "" {
+		os.Exit(crashChild(spec))
+	}
+	os.Exit(m.Run())
+}
+
+func crashChild(spec string) int {
+	name, dir, _ := strings.Cut(spec, "|")
+	e, err := EngineByName(name)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	db, err := e.Open(dir, false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	val := make([]byte, 1024)
+	for n := 1; ; n++ {
+		var k [16]byte
+		binary.BigEndian.PutUint64(k[:], rng.Uint64())
+		binary.BigEndian.PutUint64(k[8:], rng.Uint64())
+		if err := db.Put(k[:], val); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		if n == crashAfter {
+			fmt.Println("ready")
+		}
+	}
+}
+
+// crash leaves the store in dir as a SIGKILL during durable writes leaves it.
+func crash(tb testing.TB, e Engine, dir string) {
+	tb.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "PEERS_CRASH_CHILD="+e.Name+"|"+dir)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		tb.Fatalf("crash child for %s: %q %v", e.Name, line, err)
+	}
+	time.Sleep(50 * time.Millisecond) // let it be in the middle of writes
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		tb.Fatal(err)
+	}
+	cmd.Wait()
+}
+
+// Dir returns the directory under which built stores are cached.
+func Dir() string {
+	if d := os.Getenv("KDB_BENCH_DIR"); d != "" {
+		return filepath.Join(d, "peers")
+	}
+	return filepath.Join(os.TempDir(), "kdb-peers")
+}
+
+// buildStore returns a cached store of engine e filled by fill (run once:
+// the directory is marked "built" after a clean close).
+func buildStore(tb testing.TB, e Engine, name string, fill func(db DB) error) string {
+	tb.Helper()
+	dir := filepath.Join(Dir(), name, e.Name)
+	done := dir + ".built"
+	if _, err := os.Stat(done); err == nil {
+		return dir
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		tb.Fatal(err)
+	}
+	start := time.Now()
+	db, err := e.Open(dir, true)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := fill(db); err != nil {
+		tb.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(done, []byte("ok\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("built %s for %s in %v (%d MiB on disk)", name, e.Name, time.Since(start).Round(time.Millisecond), duMiB(dir))
+	return dir
+}
+
+func duMiB(dir string) int64 {
+	var n int64
+	filepath.Walk(dir, func(_ string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			n += fi.Size()
+		}
+		return nil
+	})
+	return n >> 20
+}
+
+// fillBytes loads about size bytes of 16 KiB random values under 16-byte
+// keys (ascending), in transactions of 64 puts.
+func fillBytes(e Engine, size int64) func(DB) error {
+	return func(db DB) error {
+		rng := rand.New(rand.NewPCG(uint64(size), 1))
+		n := size / (16 << 10)
+		keys := make([][]byte, 0, 64)
+		vals := make([][]byte, 0, 64)
+		for i := int64(0); i < n; {
+			keys, vals = keys[:0], vals[:0]
+			for j := 0; j < 64 && i < n; j, i = j+1, i+1 {
+				k := make([]byte, 16)
+				binary.BigEndian.PutUint64(k, uint64(i))
+				binary.BigEndian.PutUint64(k[8:], rng.Uint64())
+				v := make([]byte, 16<<10)
+				for o := 0; o < len(v); o += 8 {
+					binary.LittleEndian.PutUint64(v[o:], rng.Uint64())
+				}
+				keys, vals = append(keys, k), append(vals, v)
+			}
+			if err := e.Batch(db, keys, vals); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+const getKeys = 1_000_000
+
+func getKey(k []byte, i uint64) {
+	binary.BigEndian.PutUint64(k, i*0x9E3779B97F4A7C15) // spread, unique
+	binary.BigEndian.PutUint64(k[8:], i)
+}
+
+// fillGet loads getKeys keys of 16 bytes with 100-byte values.
+func fillGet(e Engine) func(DB) error {
+	return func(db DB) error {
+		const per = 1000
+		keys := make([][]byte, per)
+		vals := make([][]byte, per)
+		for i := range per {
+			keys[i] = make([]byte, 16)
+			vals[i] = make([]byte, 100)
+		}
+		for i := uint64(0); i < getKeys; i += per {
+			for j := range uint64(per) {
+				getKey(keys[j], i+j)
+				binary.LittleEndian.PutUint64(vals[j], i+j)
+			}
+			if err := e.Batch(db, keys, vals); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+func BenchmarkPeers(b *testing.B) {
+	type workload struct {
+		name string
+		run  func(b *testing.B, e Engine)
+	}
+	wls := []workload{
+		{"write-1", func(b *testing.B, e Engine) { benchWrite(b, e, 1) }},
+		{"write-16", func(b *testing.B, e Engine) { benchWrite(b, e, 16) }},
+		{"get", benchGet},
+		{"open-after-crash-1GiB", func(b *testing.B, e Engine) { benchOpen(b, e, 1<<30) }},
+		{"open-after-crash-4GiB", func(b *testing.B, e Engine) {
+			if os.Getenv("KDB_BENCH_BIG") != "1" {
+				b.Skip("set KDB_BENCH_BIG=1 for the 4 GiB stores")
+			}
+			benchOpen(b, e, 4<<30)
+		}},
+	}
+	// Engines alternate within each workload.
+	for _, w := range wls {
+		b.Run("workload="+w.name, func(b *testing.B) {
+			for _, e := range Engines {
+				b.Run("engine="+e.Name, func(b *testing.B) { w.run(b, e) })
+			}
+		})
+	}
+}
+
+// benchWrite: durable 1 KiB puts at random 16-byte keys from writers
+// goroutines into a fresh store (one put = one durable transaction).
+func benchWrite(b *testing.B, e Engine, writers int) {
+	dir := filepath.Join(Dir(), "tmp", e.Name)
+	os.RemoveAll(dir)
+	defer os.RemoveAll(dir)
+	db, err := e.Open(dir, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var failed atomic.Value
+	b.ResetTimer()
+	start := time.Now()
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(uint64(w), 3))
+			val := make([]byte, 1024)
+			var k [16]byte
+			for next.Add(1) <= int64(b.N) {
+				binary.BigEndian.PutUint64(k[:], rng.Uint64())
+				binary.BigEndian.PutUint64(k[8:], rng.Uint64())
+				if err := db.Put(k[:], val); err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/el.Seconds(), "ops/s")
+}
+
+// benchGet: random Get of 100-byte values over 1,000,000 keys.
+func benchGet(b *testing.B, e Engine) {
+	dir := buildStore(b, e, "get-1M", fillGet(e))
+	db, err := e.Open(dir, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer db.Close()
+	rng := rand.New(rand.NewPCG(5, 5))
+	k := make([]byte, 16)
+	for range 10000 { // warm up
+		getKey(k, rng.Uint64N(getKeys))
+		if _, err := db.Get(k); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		getKey(k, rng.Uint64N(getKeys))
+		v, err := db.Get(k)
+		if err != nil || len(v) != 100 {
+			b.Fatal(len(v), err)
+		}
+	}
+}
+
+// benchOpen: time to open a store of about size bytes after a crash (a
+// child SIGKILLed mid-write, before every iteration; not timed).
+func benchOpen(b *testing.B, e Engine, size int64) {
+	name := fmt.Sprintf("store-%dMiB", size>>20)
+	dir := buildStore(b, e, name, fillBytes(e, size))
+	b.ReportMetric(float64(duMiB(dir)), "MiB")
+	b.StopTimer()
+	b.ResetTimer()
+	for range b.N {
+		crash(b, e, dir)
+		b.StartTimer()
+		db, err := e.Open(dir, false)
+		b.StopTimer()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if kd, ok := db.(*kdbDB); ok && testing.Verbose() {
+			r := kd.Recovery()
+			b.Logf("kdb recovery: free list %s (%s), %d pages scanned", r.FreeListPath, r.Reason, r.PagesScanned)
+		}
+		if err := db.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// TestEngines is the fast default test: each engine puts, gets, survives
+// a crash (SIGKILLed child) and reopens.
+func TestEngines(t *testing.T) {
+	for _, e := range Engines {
+		t.Run(e.Name, func(t *testing.T) {
+			dir := t.TempDir()
+			db, err := e.Open(dir, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Put([]byte("k"), []byte("v")); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			crash(t, e, dir)
+			db, err = e.Open(dir, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			if v, err := db.Get([]byte("k")); err != nil || string(v) != "v" {
+				t.Fatalf("after crash: %q %v", v, err)
+			}
+		})
+	}
+}
