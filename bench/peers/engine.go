@@ -163,7 +163,7 @@ type pebbleDB struct {
 }
 
 func openPebble(dir string, load bool) (DB, error) {
-	db, err := pebble.Open(dir, &pebble.Options{})
+	db, err := pebble.Open(dir, &pebble.Options{Logger: quietLogger{}})
 	if err != nil {
 		return nil, err
 	}
@@ -204,4 +204,16 @@ func batchPebble(db DB, keys, values [][]byte) error {
 		}
 	}
 	return b.Commit(d.wo)
+}
+
+// quietLogger drops Pebble's informational messages ("Found 0 WALs"), which
+// would interleave with the benchmark output.
+type quietLogger struct{}
+
+func (quietLogger) Infof(string, ...any) {}
+func (quietLogger) Errorf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "pebble: "+format+"\n", args...)
+}
+func (quietLogger) Fatalf(format string, args ...any) {
+	panic(fmt.Sprintf("pebble: "+format, args...))
 }
