@@ -220,16 +220,7 @@ func (w *bwrite) get(tree, key []byte) ([]byte, bool, error) {
 		}
 		return e.val, true, nil
 	}
-	t := w.s.tx.Tree(tree)
-	if t == nil {
-		return nil, false, nil
-	}
-	v, ok, err := t.Get(key)
-	if err != nil || !ok {
-		return nil, false, err
-	}
-	r, err := w.db.resolve(v)
-	return r, err == nil, err
+	return w.s.rawGet(tree, key)
 }
 
 func destKey(kind DestKind, name string) []byte {
@@ -833,9 +824,9 @@ func (s *Snapshot) destRec(kind DestKind, dest string) (*destRec, error) {
 
 // rawGet returns the value of key in an engine tree, resolved.
 func (s *Snapshot) rawGet(tree, key []byte) ([]byte, bool, error) {
-	t := s.tx.Tree(tree)
-	if t == nil {
-		return nil, false, nil
+	t, err := s.tx.OpenTree(tree)
+	if err != nil || t == nil {
+		return nil, false, err
 	}
 	v, ok, err := t.Get(key)
 	if err != nil || !ok {
