@@ -315,7 +315,7 @@ func table(res map[string]map[string]result, cmds []string, raw []byte, flags st
 		about = append(about, fmt.Sprintf("kdb measured at commit %s.", c))
 	}
 	if l := header(raw, "loadavg before"); l != "" {
-		about = append(about, fmt.Sprintf("Load average (1, 5, 15 min) before the run %s, after %s.", l, header(raw, "loadavg after")))
+		about = append(about, fmt.Sprintf("Machine load (load average over 1, 5, 15 min; I/O pressure) before the run: %s; after: %s.", l, header(raw, "loadavg after")))
 	}
 	if len(about) > 0 {
 		b.WriteString(strings.Join(about, " ") + "\n\n")
@@ -403,6 +403,10 @@ func kdbCommit() string {
 	return c
 }
 
+// loadavg is the machine's load: the load averages over 1, 5 and 15
+// minutes, and the share of time some task waited for I/O over the last
+// 60 s (Linux pressure stall information), which says how much the other
+// jobs on the machine were using the disk.
 func loadavg() string {
 	b, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
@@ -412,7 +416,16 @@ func loadavg() string {
 	if len(f) < 3 {
 		return "unknown"
 	}
-	return strings.Join(f[:3], " ")
+	s := strings.Join(f[:3], " ")
+	if p, err := os.ReadFile("/proc/pressure/io"); err == nil {
+		for _, w := range strings.Fields(string(p)) {
+			if v, ok := strings.CutPrefix(w, "avg60="); ok {
+				s += ", I/O stalled " + v + "% of the last minute"
+				break
+			}
+		}
+	}
+	return s
 }
 
 // plotOpen plots open-after-crash time (ms) against store size (GiB as
