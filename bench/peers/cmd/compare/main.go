@@ -54,6 +54,7 @@ func main() {
 	writeTime := flag.String("writetime", "2000x", "-benchtime for write-1 and write-16")
 	getTime := flag.String("gettime", "1s", "-benchtime for get")
 	openTime := flag.String("opentime", "3x", "-benchtime for open-after-crash")
+	rounds := flag.Int("rounds", 1, "run every benchmark command this many times, in rounds (each round runs all of them); the table shows each figure's median over the rounds (use an odd number)")
 	big := flag.Bool("big", os.Getenv("KDB_BENCH_BIG") == "1", "also run open-after-crash-4GiB (sets KDB_BENCH_BIG=1; builds about 19 GiB of stores once)")
 	flag.Parse()
 
@@ -85,19 +86,26 @@ func main() {
 		var buf bytes.Buffer
 		fmt.Fprintf(&buf, "# kdb: %s\n", kdbCommit())
 		fmt.Fprintf(&buf, "# loadavg before: %s\n", loadavg())
-		for _, r := range runs {
-			args := []string{"test", "-run", "^$", "-bench", r[0], "-benchtime", r[1], "-timeout", "3h", "."}
-			c := env + "go " + strings.Join(args, " ")
-			cmds = append(cmds, c)
-			log.Printf("running %s", c)
-			fmt.Fprintf(&buf, "# cmd: %s\n", c)
-			cmd := exec.Command("go", args...)
-			cmd.Env = append(os.Environ(), strings.TrimSpace(env))
-			cmd.Stdout = io.MultiWriter(&buf, os.Stdout)
-			cmd.Stderr = os.Stderr
-			if err := cmd.Run(); err != nil {
-				log.Fatalf("go test: %v", err)
+		for round := 1; round <= *rounds; round++ {
+			for _, r := range runs {
+				args := []string{"test", "-run", "^$", "-bench", r[0], "-benchtime", r[1], "-timeout", "3h", "."}
+				c := env + "go " + strings.Join(args, " ")
+				if round == 1 {
+					cmds = append(cmds, c)
+				}
+				log.Printf("round %d/%d: running %s", round, *rounds, c)
+				fmt.Fprintf(&buf, "# cmd: %s\n# round: %d of %d\n", c, round, *rounds)
+				cmd := exec.Command("go", args...)
+				cmd.Env = append(os.Environ(), strings.TrimSpace(env))
+				cmd.Stdout = io.MultiWriter(&buf, os.Stdout)
+				cmd.Stderr = os.Stderr
+				if err := cmd.Run(); err != nil {
+					log.Fatalf("go test: %v", err)
+				}
 			}
+		}
+		if *rounds > 1 {
+			cmds = append(cmds, fmt.Sprintf("# each of these %d times, in rounds (go run ./cmd/compare -rounds %d); figures are medians over the rounds", *rounds, *rounds))
 		}
 		fmt.Fprintf(&buf, "# loadavg after: %s\n", loadavg())
 		raw = buf.Bytes()
@@ -120,6 +128,9 @@ func main() {
 		flags = ""
 		if *big {
 			flags = "-big"
+		}
+		if *rounds > 1 {
+			flags = strings.TrimSpace(fmt.Sprintf("%s -rounds %d", flags, *rounds))
 		}
 	}
 	md := table(res, cmds, raw, flags)
@@ -370,7 +381,11 @@ func table(res map[string]map[string]result, cmds []string, raw []byte, flags st
 	b.WriteString("the crash before each open-after-crash iteration is a child process SIGKILLed during durable 1 KiB puts (a process crash: the page cache survives); ")
 	b.WriteString("the size in parentheses is the store on disk (every engine holds the same pairs: 16-byte keys, 16 KiB values). ")
 	b.WriteString("The benchmark fails unless kdb used its trusted free list (0 pages scanned) and kdb-scan scanned pages. ")
-	b.WriteString("One run, engines alternating within each workload; the machine (2 vCPUs, virtual disk) is shared with other jobs, so figures move by tens of percent between runs.\n")
+	runs := "One run"
+	if _, n, ok := strings.Cut(header(raw, "round"), " of "); ok && n != "1" {
+		runs = "Each figure is the median of " + n + " rounds (every round runs every command above; for an even count, the slower middle one)"
+	}
+	b.WriteString(runs + ", engines alternating within each workload; the machine (2 vCPUs, virtual disk) is shared with other jobs, so figures move by tens of percent between runs.\n")
 	if bd := breakdown(res); bd != "" {
 		b.WriteString("\n## Where kdb's open after a crash spends its time\n\n")
 		b.WriteString("From `DB.Recovery()`, averaged over the timed opens; the timed open also includes what recovery does not report (locking, opening the trees).\n\n")
