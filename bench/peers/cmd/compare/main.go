@@ -100,7 +100,10 @@ func main() {
 				cmd.Stdout = io.MultiWriter(&buf, os.Stdout)
 				cmd.Stderr = os.Stderr
 				if err := cmd.Run(); err != nil {
-					log.Fatalf("go test: %v", err)
+					// A failed benchmark (say kdb did not trust db.free)
+					// is a result too: keep going, RESULTS.md lists it.
+					log.Printf("go test: %v", err)
+					fmt.Fprintf(&buf, "# failed: %v\n", err)
 				}
 			}
 		}
@@ -308,6 +311,26 @@ func breakdown(res map[string]map[string]result) string {
 	return b.String()
 }
 
+// failures returns the "--- FAIL" lines of the raw output with the
+// indented messages that follow each.
+func failures(raw []byte) string {
+	var b strings.Builder
+	in := false
+	for _, l := range strings.Split(string(raw), "\n") {
+		switch {
+		case strings.HasPrefix(l, "--- FAIL"):
+			in = true
+		case in && strings.HasPrefix(l, " "):
+		default:
+			in = false
+		}
+		if in {
+			b.WriteString(l + "\n")
+		}
+	}
+	return b.String()
+}
+
 // header returns the value of a "# key: value" line of the raw output.
 func header(raw []byte, key string) string {
 	for _, l := range strings.Split(string(raw), "\n") {
@@ -386,6 +409,9 @@ func table(res map[string]map[string]result, cmds []string, raw []byte, flags st
 		runs = "Each figure is the median of " + n + " rounds (every round runs every command above; for an even count, the slower middle one)"
 	}
 	b.WriteString(runs + ", engines alternating within each workload; the machine (2 vCPUs, virtual disk) is shared with other jobs, so figures move by tens of percent between runs.\n")
+	if f := failures(raw); f != "" {
+		b.WriteString("\n## Failed benchmarks\n\nThese benchmarks failed; their figures are missing above.\n\n```\n" + f + "```\n")
+	}
 	if bd := breakdown(res); bd != "" {
 		b.WriteString("\n## Where kdb's open after a crash spends its time\n\n")
 		b.WriteString("From `DB.Recovery()`, averaged over the timed opens; the timed open also includes what recovery does not report (locking, opening the trees).\n\n")

@@ -81,3 +81,20 @@ func TestTargetTable_NotRun(t *testing.T) {
 		t.Fatalf("no 1 GiB figure for the 4 GiB target:\n%s", tt)
 	}
 }
+
+func TestFailures_ListsFailedBenchmarks(t *testing.T) {
+	raw := "BenchmarkPeers/workload=get/engine=kdb-2 10 3000 ns/op\n" +
+		"--- FAIL: BenchmarkPeers/workload=open-after-crash-4GiB/engine=kdb\n" +
+		"    peers_test.go:1: kdb: free list scanned (ids differ), 5 pages scanned\n" +
+		"FAIL\n" +
+		"ok  \tgithub.com/kdb-project/kdb/bench/peers\n"
+	got := failures([]byte(raw))
+	want := "--- FAIL: BenchmarkPeers/workload=open-after-crash-4GiB/engine=kdb\n" +
+		"    peers_test.go:1: kdb: free list scanned (ids differ), 5 pages scanned\n"
+	if got != want {
+		t.Fatalf("failures:\n%q\nwant\n%q", got, want)
+	}
+	if failures([]byte(sample)) != "" {
+		t.Fatal("failures in a run without any")
+	}
+}
