@@ -35,13 +35,12 @@ import (
 //
 // A DB is safe for concurrent use.
 type DB struct {
-	dir      string
-	opts     Options
-	lock     vfs.Locker // nil when ReadOnly
-	pf       *pagefile.File
-	ix       *index.Store
-	j        *journal.Journal
-	recovery RecoveryReport
+	dir  string
+	opts Options
+	lock vfs.Locker // nil when ReadOnly
+	pf   *pagefile.File
+	ix   *index.Store
+	j    *journal.Journal
 
 	maxRecord int // largest journal record payload
 	maxGroup  int // largest journal batch the committer builds, in bytes
@@ -74,7 +73,11 @@ type DB struct {
 		ckBytes   int64 // journal bytes at the last checkpoint
 		lastCk    time.Time
 		replayBps float64
-		stats     Stats
+		// recoveryCk: recovery asked for a checkpoint that has not run
+		// yet; the checkpointer takes it at once (checkpointDue).
+		recoveryCk bool
+		recovery   RecoveryReport
+		stats      Stats
 	}
 }
 
@@ -144,25 +147,21 @@ func Open(dir string, opts *Options) (*DB, error) {
 			ArchiveDir: archive, ReadOnly: o.ReadOnly, Logger: o.Logger},
 		Apply:      replay.apply,
 		ReplayFrom: replayFrom,
-		Checkpoint: func(st *recovery.State, rep *recovery.Report) error {
-			db.pf, db.ix, db.j, db.applied = st.PageFile, st.Index, st.Journal, st.LastApplied
-			db.setReplayRate(rep)
-			return db.checkpoint()
-		},
 	})
 	if err != nil {
 		db.unlock()
 		return nil, wrapErr(fmt.Errorf("kdb: open %s: %w", dir, err))
 	}
 	db.pf, db.ix, db.j, db.applied = st.PageFile, st.Index, st.Journal, st.LastApplied
-	db.recovery = newRecoveryReport(rep)
+	db.mu.recovery = newRecoveryReport(rep)
 	if err := db.setReplayRate(rep); err != nil {
 		_ = st.Close()
 		db.unlock()
 		return nil, err
 	}
-	db.mu.ckApplied = db.applied
+	db.mu.ckApplied = rep.ReplayFrom
 	db.mu.applied = db.applied
+	db.mu.recoveryCk = rep.NeedsCheckpoint
 	db.mu.ckBytes = db.j.Stats().Bytes
 	db.mu.lastCk = time.Now()
 	if ks := db.ix.MaxKeySize() - len(userTreePrefix) - MaxIndexNameSize; ks < MaxKeySize {
@@ -170,11 +169,22 @@ func Open(dir string, opts *Options) (*DB, error) {
 		db.unlock()
 		return nil, fmt.Errorf("%w: page size %d allows keys of %d bytes, need %d", ErrInvalid, db.pf.PageSize(), ks, MaxKeySize)
 	}
-	o.Logger.Info("kdb: recovered", db.recovery.logAttrs()...)
+	if rep.NeedsCheckpoint && o.CheckpointBeforeServing {
+		if err := db.checkpoint(); err != nil {
+			_ = st.Close()
+			db.unlock()
+			return nil, fmt.Errorf("kdb: open %s: checkpoint after recovery: %w", dir, err)
+		}
+	}
+	o.Logger.Info("kdb: recovered", db.mu.recovery.logAttrs()...)
 	if !o.ReadOnly {
+		kick := db.mu.recoveryCk // no other goroutine yet
 		db.wg.Add(2)
 		go db.committer()
 		go db.checkpointer()
+		if kick {
+			db.kickCheckpoint() // see Options.CheckpointBeforeServing
+		}
 	}
 	return db, nil
 }

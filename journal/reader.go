@@ -32,6 +32,10 @@ type segment struct {
 	end    int64 // offset just past the last acknowledged frame
 	last   int64 // offset of the last acknowledged frame, or -1
 	sealed bool  // ends with a seal record
+	// unverified: Open checked only the header (Options.VerifyFrom); end
+	// is the file size, last is -1, and the records are verified by
+	// verifySegment before Iterate reads them.
+	unverified bool
 	// tailPrev is the sum of the frame at last (the seed if none): the
 	// chain value the next frame links to. Set by Open.
 	tailPrev uint64
@@ -173,13 +177,18 @@ func (j *Journal) findLocked(id SegmentID) *segment {
 // a segment (its start). Batches are delivered whole: the records of a
 // batch are verified before the first of them is passed to fn. Regions
 // skipped by Open (OpenReport.Skipped) are skipped again. Internal records
-// are not delivered. If fn returns an error, Iterate stops and returns it.
+// are not delivered. Segments that Open left unverified (Options.VerifyFrom)
+// are verified whole first. If fn returns an error, Iterate stops and
+// returns it.
 // If RemoveBefore removes a segment Iterate still has to read, Iterate
 // returns an error wrapping ErrNotFound.
 func (j *Journal) Iterate(from Location, fn func(loc Location, r Record) error) error {
 	type span struct {
 		seg *segment
 		end int64
+	}
+	if err := j.verifySegments(from.Segment); err != nil {
+		return err
 	}
 	j.mu.Lock()
 	if j.mu.closed {

@@ -68,4 +68,9 @@ type SegmentInfo struct {
 	// Sealed reports whether the segment ends with a seal record (every
 	// segment except the active one).
 	Sealed bool
+	// Verified reports whether the segment's records were verified (by
+	// Open, or later by Iterate or Verify; see Options.VerifyFrom). For a
+	// segment not verified yet First, Last and End are zero and Sealed is
+	// true (it is not the last segment).
+	Verified bool
 }
