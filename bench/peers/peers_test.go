@@ -382,7 +382,9 @@ func benchOpen(b *testing.B, e Engine, size int64) {
 	b.StopTimer()
 	b.ResetTimer()
 	var scanned uint64
-	var phases [5]time.Duration // kdb: page file, journal, replay, checkpoint, total
+	// kdb: page file, journal, replay, the background recovery checkpoint
+	// (not timed), recovery until Open serves.
+	var phases [5]time.Duration
 	for i := range b.N {
 		crash(b, e, dir)
 		b.StartTimer()
@@ -394,7 +396,7 @@ func benchOpen(b *testing.B, e Engine, size int64) {
 		if kd, ok := db.(*kdbDB); ok {
 			r := kd.Recovery()
 			scanned += r.PagesScanned
-			for j, d := range [...]time.Duration{r.PageFileTime, r.JournalTime, r.ReplayTime, r.CheckpointTime, r.TotalTime} {
+			for j, d := range [...]time.Duration{r.PageFileTime, r.JournalTime, r.ReplayTime, 0, r.TotalTime} {
 				phases[j] += d
 			}
 			if testing.Verbose() {
@@ -417,12 +419,18 @@ func benchOpen(b *testing.B, e Engine, size int64) {
 		if err := db.Close(); err != nil {
 			b.Fatal(err)
 		}
+		if kd, ok := db.(*kdbDB); ok {
+			// The recovery checkpoint runs in the background after Open
+			// returns (not timed); Close waited for it.
+			phases[3] += kd.Recovery().CheckpointTime
+		}
 	}
 	// After the loop: ResetTimer would clear these.
 	b.ReportMetric(float64(duMiB(dir)), "MiB")
 	if owner.Name == "kdb" {
 		b.ReportMetric(float64(scanned)/float64(b.N), "pages-scanned/op")
-		// Where recovery spent the time (DB.Recovery), per open.
+		// Where recovery spent the time (DB.Recovery), per open;
+		// checkpoint-ms is the background checkpoint after Open returned.
 		for j, unit := range []string{"pagefile-ms/op", "journal-ms/op", "replay-ms/op", "checkpoint-ms/op", "recovery-ms/op"} {
 			b.ReportMetric(phases[j].Seconds()*1e3/float64(b.N), unit)
 		}
