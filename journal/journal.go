@@ -92,7 +92,8 @@ type Journal struct {
 		prev      uint64 // sum of the last frame in seg (seed if none)
 		prevOff   int64  // offset of the last frame written to seg, or -1
 		buf       []byte
-		sinceMark bool // records written since the last close mark
+		sinceMark bool  // records written since the last close mark
+		alloc     int64 // preallocated size of seg's file (allocStep)
 	}
 
 	mu struct {

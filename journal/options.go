@@ -44,9 +44,9 @@ func (p SyncPolicy) String() string {
 type Options struct {
 	// FS is the file system. Default: vfs.OS.
 	FS vfs.FS
-	// SegmentSize is the size to which each new segment is preallocated and
-	// at which the active segment is rotated. At most 2 GiB.
-	// Default: 32 MiB.
+	// SegmentSize is the size at which the active segment is sealed and the
+	// next begins (a segment's file is preallocated in 1 MiB steps up to
+	// it). At most 2 GiB. Default: 32 MiB.
 	SegmentSize int64
 	// Sync is the sync policy. Default: SyncAlways.
 	Sync SyncPolicy

@@ -67,11 +67,11 @@ func (j *Journal) startWriter(segs []*segment, nextID SegmentID) error {
 		j.mu.segs = []*segment{seg}
 		j.mu.tail = Location{seg.id, seg.end}
 		j.mu.err = nil
-		w.seg, w.off, w.synced, w.prev, w.prevOff = seg, segHeaderSize, segHeaderSize, seg.seed, -1
+		w.seg, w.off, w.synced, w.prev, w.prevOff, w.alloc = seg, segHeaderSize, segHeaderSize, seg.seed, -1, seg.size
 		return nil
 	}
 	last := segs[len(segs)-1]
-	w.seg, w.off, w.synced, w.prevOff = last, last.end, last.end, last.last
+	w.seg, w.off, w.synced, w.prevOff, w.alloc = last, last.end, last.end, last.last, last.size
 	w.prev = last.tailPrev
 	if !last.sealed {
 		// What the scan found may be only in the OS cache (a previous
@@ -229,8 +229,9 @@ func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *Open
 	seg.size = size
 	r := &chunkReader{seg: seg, size: size}
 
-	hb, err := r.at(0, segHeaderSize)
-	if err != nil {
+	// The header alone: records may be verified from far into the segment.
+	hb := make([]byte, min(size, segHeaderSize))
+	if err := seg.readAt(hb, 0); err != nil {
 		return nil, err
 	}
 	h, herr := decodeSegHeader(hb, id.String())
@@ -523,7 +524,7 @@ func (j *Journal) truncateTail(seg *segment, off int64) error {
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("journal: truncate torn tail of %s: sync: %w", Location{seg.id, off}, err)
 	}
-	if n := j.opts.SegmentSize - off; n > 0 {
+	if n := j.allocFor(off) - off; n > 0 {
 		if err := f.Allocate(off, n); err != nil {
 			return fmt.Errorf("journal: preallocate %s: %w", seg.id, err)
 		}

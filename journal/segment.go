@@ -55,7 +55,8 @@ func (l Location) IsZero() bool { return l == Location{} }
 // SegmentInfo describes one segment.
 type SegmentInfo struct {
 	ID SegmentID
-	// Size is the file's size in bytes (preallocated, so usually SegmentSize).
+	// Size is the file's size in bytes: preallocated a step (1 MiB) ahead of
+	// its records, up to SegmentSize.
 	Size int64
 	// First is the location of the segment's first record, or End if the
 	// segment holds none.

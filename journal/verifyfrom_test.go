@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/kdb-project/kdb/internal/kdbtest"
+	"github.com/kdb-project/kdb/internal/vfs"
 )
 
 // lastOf returns the location of the last record of a batch: a batch end,
@@ -177,4 +179,52 @@ func TestOpen_VerifyFromTornTail(t *testing.T) {
 		t.Fatalf("report %+v, full open %+v", rep, frep)
 	}
 	requireBatches(t, j2, bs[:len(bs)-1])
+}
+
+// Segments grow a step (allocStep) ahead of their records, so what Open
+// reads after the last record of a crashed journal is at most a step, not
+// the rest of SegmentSize.
+func TestOpen_ReadsLittlePastTheLastRecord(t *testing.T) {
+	mem := vfs.NewMem()
+	j, _, err := Open(testDir, Options{FS: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		if _, err := j.Append(Record{Type: 1, Payload: payload(i, 0, 1000)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	img := mem.CrashClone(vfs.CrashOptions{}) // no close mark
+	if s := j.Segments()[0].Size; s != allocStep {
+		t.Fatalf("segment of 20 KiB preallocated to %d bytes, want %d", s, allocStep)
+	}
+	big := make([]byte, 3<<20)
+	if _, err := j.Append(Record{Type: 1, Payload: big}); err != nil {
+		t.Fatal(err)
+	}
+	if s, want := j.Segments()[0].Size, int64(4*allocStep); s != want {
+		t.Fatalf("after 3 MiB more: %d bytes, want %d", s, want)
+	}
+	mustClose(t, j)
+
+	var read atomic.Int64
+	counted := vfs.Intercept(img, func(e vfs.Event) error {
+		if e.Op == vfs.OpRead {
+			read.Add(1)
+		}
+		return nil
+	})
+	j2, rep, err := Open(testDir, Options{FS: counted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mustClose(t, j2)
+	if rep.Records != 20 {
+		t.Fatalf("report: %+v", rep)
+	}
+	// The header, then 1 MiB windows: the whole 32 MiB would take 33.
+	if n := read.Load(); n > 3 {
+		t.Fatalf("Open made %d reads of a segment holding 20 KiB", n)
+	}
 }
