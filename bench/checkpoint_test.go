@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,7 +34,19 @@ const (
 // (SyncAlways), so the checkpoint's time is the page file's: db.free,
 // db.redo, the in-place writes to db.data, the fsyncs, and journal GC.
 //
-// Metrics: ms/checkpoint; dirty-pages (Stats.DirtyPages just before the
+// Each sub-benchmark first drops db.data's pages from the OS page cache
+// (untimed; KDB_BENCH_KEEP_CACHE=1 keeps them), so that every size starts
+// from the same cache state: on Linux 6.16+ ext4 caches a file in large
+// folios after large sequential writes or reads (the store's build, a
+// page scan), and a 4 KiB write into a large folio costs time in
+// proportion to the folio's size (the kernel walks every block of the
+// folio when the page is written and again at writeback), which made the
+// same checkpoint twice as expensive on a store whose history left it in
+// large folios. See /work/notes/benchroot-report.md.
+//
+// Metrics: ms/checkpoint (wall time); cpu-ms/checkpoint (user+system CPU
+// time of the whole process during the checkpoint: the part that is not
+// waiting for the disk); dirty-pages (Stats.DirtyPages just before the
 // checkpoint, which is what Stats.CheckpointPages adds); pages-written (the
 // page images of the checkpoint's batch as read back from db.redo, the meta
 // slot excluded: the dirty pages plus the pages the checkpoint itself
@@ -45,13 +58,18 @@ func BenchmarkCheckpoint(b *testing.B) {
 				if sz.big && os.Getenv("KDB_BENCH_BIG") == "" {
 					b.Skip("set KDB_BENCH_BIG=1 to build and run the 4 GiB store")
 				}
-				benchCheckpoint(b, BuildStore(b, sz.bytes), dirty)
+				benchCheckpoint(b, BuildStore(b, sz.bytes), sz.bytes, dirty)
 			})
 		}
 	}
 }
 
-func benchCheckpoint(b *testing.B, dir string, dirty int) {
+func benchCheckpoint(b *testing.B, dir string, size int64, dirty int) {
+	if os.Getenv("KDB_BENCH_KEEP_CACHE") == "" {
+		if err := dropFileCache(filepath.Join(dir, "db.data")); err != nil {
+			b.Fatal(err)
+		}
+	}
 	opts := BuildOptions()
 	opts.Sync = kdb.SyncAlways // the journal is durable before the checkpoint starts
 	opts.CheckpointBytes = 1 << 40
@@ -65,17 +83,7 @@ func benchCheckpoint(b *testing.B, dir string, dirty int) {
 			b.Fatal(err)
 		}
 	}()
-	var keys [][]byte
-	err = db.View(func(s *kdb.Snapshot) error {
-		it := s.Iter("data")
-		for ok := it.First(); ok; ok = it.Next() {
-			keys = append(keys, append([]byte(nil), it.Key()...))
-		}
-		return it.Err()
-	})
-	if err != nil || len(keys) == 0 {
-		b.Fatalf("collect keys: %d, %v", len(keys), err)
-	}
+	keys := storeKeys(b, db, size)
 	// Leave no dirty page from Open behind, and take the first checkpoint
 	// after Open (which may also sync db.data) out of the measurement.
 	if err := db.Checkpoint(); err != nil {
@@ -89,7 +97,7 @@ func benchCheckpoint(b *testing.B, dir string, dirty int) {
 	bt := kdb.NewBatch()
 	perKey := 16.0 // pages dirtied per overwritten key, refined as we go
 	var dirtySum, writtenSum float64
-	var spent time.Duration
+	var spent, cpu time.Duration
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		b.StopTimer()
@@ -115,6 +123,7 @@ func benchCheckpoint(b *testing.B, dir string, dirty int) {
 			perKey = max(1, float64(st.DirtyPages)/float64(written))
 		}
 		before := st.CheckpointPages
+		cpu0 := cpuTime(b)
 		b.StartTimer()
 		start := time.Now()
 		if err := db.Checkpoint(); err != nil {
@@ -122,6 +131,7 @@ func benchCheckpoint(b *testing.B, dir string, dirty int) {
 		}
 		spent += time.Since(start)
 		b.StopTimer()
+		cpu += cpuTime(b) - cpu0
 		after := db.Stats()
 		if got := after.CheckpointPages - before; got != uint64(st.DirtyPages) {
 			b.Fatalf("checkpoint took %d pages, %d were dirty", got, st.DirtyPages)
@@ -132,8 +142,55 @@ func benchCheckpoint(b *testing.B, dir string, dirty int) {
 	}
 	b.StopTimer() // not the deferred Close
 	b.ReportMetric(float64(spent.Microseconds())/1e3/float64(b.N), "ms/checkpoint")
+	b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/checkpoint")
 	b.ReportMetric(dirtySum/float64(b.N), "dirty-pages")
 	b.ReportMetric(writtenSum/float64(b.N), "pages-written")
+}
+
+// cpuTime returns the user+system CPU time the process has used.
+func cpuTime(tb testing.TB) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// storeKeys returns the keys of index "data" in a store BuildStore built
+// for size, regenerated from BuildStore's random sequence (reading them
+// would read the whole store, values included, and fill the page cache).
+// It checks the count and a sample of the keys against the store.
+func storeKeys(tb testing.TB, db *kdb.DB, size int64) [][]byte {
+	tb.Helper()
+	var n uint64
+	if err := db.View(func(s *kdb.Snapshot) (err error) {
+		n, err = s.Len("data")
+		return err
+	}); err != nil || n == 0 {
+		tb.Fatalf("index data: %d keys, %v", n, err)
+	}
+	// INVARIANT: this mirrors BuildStore: the value's bytes first, then one
+	// Uint64 per key.
+	rng := rand.New(rand.NewPCG(uint64(size), 1))
+	for range 16 << 10 {
+		rng.Uint32()
+	}
+	keys := make([][]byte, n)
+	for i := range keys {
+		k := make([]byte, 16)
+		binary.BigEndian.PutUint64(k, uint64(i))
+		binary.BigEndian.PutUint64(k[8:], rng.Uint64())
+		keys[i] = k
+	}
+	for i := uint64(0); i < n; i += max(1, n/64) {
+		if _, err := db.Get("data", keys[i]); err != nil {
+			tb.Fatalf("regenerated key %d of %d (%x): %v; BuildStore and storeKeys disagree", i, n, keys[i], err)
+		}
+	}
+	if _, err := db.Get("data", keys[n-1]); err != nil {
+		tb.Fatalf("regenerated last key %x: %v", keys[n-1], err)
+	}
+	return keys
 }
 
 // redoPages returns the number of pages the last checkpoint wrote, read
