@@ -29,20 +29,19 @@ const (
 // at random among all the keys of "data", with values of the same size, in
 // durable batches, until at least dirty pages are dirty (a key's overwrite
 // dirties its new leaf, overflow chain and branch path and stamps the old
-// ones free: about 14 pages), so the dirty pages are spread over the whole
+// ones free: about 15 pages), so the dirty pages are spread over the whole
 // file. Then it times db.Checkpoint() alone. The journal is durable already
 // (SyncAlways), so the checkpoint's time is the page file's: db.free,
 // db.redo, the in-place writes to db.data, the fsyncs, and journal GC.
 //
 // Each sub-benchmark first drops db.data's pages from the OS page cache
 // (untimed; KDB_BENCH_KEEP_CACHE=1 keeps them), so that every size starts
-// from the same cache state: on Linux 6.16+ ext4 caches a file in large
-// folios after large sequential writes or reads (the store's build, a
-// page scan), and a 4 KiB write into a large folio costs time in
-// proportion to the folio's size (the kernel walks every block of the
-// folio when the page is written and again at writeback), which made the
-// same checkpoint twice as expensive on a store whose history left it in
-// large folios. See /work/notes/benchroot-report.md.
+// from the same cache state. On recent Linux (6.18 here), ext4 can cache a
+// file in large folios after large sequential writes or reads (the store's
+// build, a page scan), and a 4 KiB write into a large folio costs CPU in
+// proportion to the folio's size (the kernel walks every block of the folio
+// when the page is written and again at writeback). That made the same
+// checkpoint use twice the CPU on a store whose history left it so. See /work/notes/benchroot-report.md.
 //
 // Metrics: ms/checkpoint (wall time); cpu-ms/checkpoint (user+system CPU
 // time of the whole process during the checkpoint: the part that is not
@@ -107,8 +106,9 @@ func benchCheckpoint(b *testing.B, dir string, size int64, dirty int) {
 		}
 		written := 0
 		for st.DirtyPages < dirty {
-			// Aim at half of what is missing, so the fill ends within
-			// a key or two of the target.
+			// Aim at half of what is missing. The fill still overshoots
+			// by a few percent: each Write also frees the pages the
+			// previous one replaced.
 			n := max(1, int(float64(dirty-st.DirtyPages)/perKey/2))
 			bt.Reset()
 			for range n {
