@@ -41,6 +41,13 @@ type segment struct {
 	tailPrev uint64
 }
 
+// removed reports whether RemoveBefore removed the segment.
+func (s *segment) removed() bool {
+	s.rw.RLock()
+	defer s.rw.RUnlock()
+	return s.f == nil
+}
+
 // readAt reads into p at off, failing with ErrNotFound if the segment was
 // removed. A short read is an error wrapping io.ErrUnexpectedEOF.
 func (s *segment) readAt(p []byte, off int64) error {
