@@ -408,9 +408,25 @@ func (db *DB) waitForRoom() error {
 
 // committer gathers waiting batches into one journal batch, applies them in
 // order and answers their writers.
+//
+// Gathering lingers briefly for writers that are on their way back: those
+// the last group just answered, while other batches already wait (one
+// fsync serves both), or while fewer have come back than the last group
+// held. Without it, writers that arrive during an fsync form a second
+// cohort that alternates with the first, and each fsync carries half of
+// them. The linger is a quarter of the last group's commit time, at most
+// maxLinger, and a lone writer never waits: its group is always complete.
 func (db *DB) committer() {
 	defer db.wg.Done()
 	var reqs []*commitReq
+	var target int // how many writers the next group may expect
+	var linger time.Duration
+	commit := func() {
+		start := time.Now()
+		db.commitAndAnswer(reqs)
+		linger = min(time.Since(start)/4, maxLinger)
+		target = len(reqs) + len(db.commitCh)
+	}
 	for {
 		select {
 		case r := <-db.commitCh:
@@ -419,25 +435,56 @@ func (db *DB) committer() {
 			return
 		}
 		size, nops := reqs[0].size, len(reqs[0].ops)
-	gather:
+		var timer *time.Timer
 		for size < db.maxGroup && nops < maxGroupOps {
-			select {
-			case r := <-db.commitCh:
-				if size+r.size > db.maxGroup {
-					// INVARIANT: r is answered by the next round; it
-					// fits alone (encode checked it).
-					db.commitAndAnswer(reqs)
-					reqs, size, nops = append(reqs[:0], r), r.size, len(r.ops)
-					continue
+			var wait <-chan time.Time
+			if len(reqs) < target && linger > 0 {
+				if timer == nil {
+					timer = time.NewTimer(linger)
 				}
-				reqs = append(reqs, r)
-				size += r.size
-				nops += len(r.ops)
-			default:
-				break gather
+				wait = timer.C
 			}
+			r := db.nextReq(wait)
+			if r == nil {
+				break
+			}
+			if size+r.size > db.maxGroup {
+				// INVARIANT: r is answered by the next round; it fits
+				// alone (encode checked it).
+				commit()
+				reqs, size, nops = append(reqs[:0], r), r.size, len(r.ops)
+				continue
+			}
+			reqs = append(reqs, r)
+			size += r.size
+			nops += len(r.ops)
 		}
-		db.commitAndAnswer(reqs)
+		if timer != nil {
+			timer.Stop()
+		}
+		commit()
+	}
+}
+
+// maxLinger bounds how long the committer waits for more writers.
+const maxLinger = time.Millisecond
+
+// nextReq returns a waiting request, or the next to arrive before wait
+// fires (nil wait: none), or nil.
+func (db *DB) nextReq(wait <-chan time.Time) *commitReq {
+	select {
+	case r := <-db.commitCh:
+		return r
+	default:
+	}
+	if wait == nil {
+		return nil
+	}
+	select {
+	case r := <-db.commitCh:
+		return r
+	case <-wait:
+		return nil
 	}
 }
 

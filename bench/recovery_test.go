@@ -40,7 +40,7 @@ func BenchmarkRecovery(b *testing.B) {
 				}
 				dir := BuildStore(b, sz.bytes)
 				var scanned, replayed, bytes float64
-				var replayTime, ckTime time.Duration
+				var replayTime, ckTime, pfTime, jTime time.Duration
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
@@ -62,6 +62,8 @@ func BenchmarkRecovery(b *testing.B) {
 					replayed += float64(r.RecordsReplayed)
 					bytes += float64(r.BytesReplayed)
 					replayTime += r.ReplayTime
+					pfTime += r.PageFileTime
+					jTime += r.JournalTime
 					if err := db.Close(); err != nil {
 						b.Fatal(err)
 					}
@@ -71,7 +73,11 @@ func BenchmarkRecovery(b *testing.B) {
 				}
 				b.ReportMetric(scanned/float64(b.N), "pages-scanned")
 				b.ReportMetric(replayed/float64(b.N), "records-replayed")
-				b.ReportMetric(float64(ckTime)/1e6/float64(b.N), "recovery-checkpoint-ms")
+				ms := func(d time.Duration) float64 { return float64(d) / 1e6 / float64(b.N) }
+				b.ReportMetric(ms(pfTime), "pagefile-ms")
+				b.ReportMetric(ms(jTime), "journal-ms")
+				b.ReportMetric(ms(replayTime), "replay-ms")
+				b.ReportMetric(ms(ckTime), "recovery-checkpoint-ms")
 				if replayTime > 0 {
 					b.ReportMetric(bytes/(1<<20)/replayTime.Seconds(), "replay-MiB/s")
 				}
