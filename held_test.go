@@ -1,8 +1,8 @@
 package kdb_test
 
 import (
-	"errors"
 	"encoding/binary"
+	"errors"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
