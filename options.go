@@ -67,8 +67,8 @@ type Options struct {
 	// held in memory for checkpoints (dirty pages, and the old images of
 	// the pages a running checkpoint is still writing), which with
 	// CommitGroupOps bounds their memory to about (2*CheckpointDirtyPages
-	// + the pages one group dirties) * PageSize. Default: 2048 (8 MiB of
-	// 4 KiB pages; writers wait at 16 MiB).
+	// + the pages one group dirties) * PageSize. Default: 3072 (12 MiB of
+	// 4 KiB pages; writers wait at 24 MiB).
 	CheckpointDirtyPages int
 	// CommitGroupOps bounds the operations the committer gathers into one
 	// group (one journal write and fsync, one index update); a batch with
@@ -137,7 +137,7 @@ func (o *Options) withDefaults() Options {
 		r.CheckpointBytes = 64 << 20
 	}
 	if r.CheckpointDirtyPages == 0 {
-		r.CheckpointDirtyPages = 2048
+		r.CheckpointDirtyPages = 3072
 	}
 	if r.CommitGroupOps == 0 {
 		r.CommitGroupOps = 1024
