@@ -70,6 +70,10 @@ func (db *DB) checkpoint() error {
 	s.CheckpointTime += d
 	s.LastCheckpointTime = d
 	s.CheckpointPages += uint64(pagesBefore)
+	if db.mu.recoveryCk {
+		db.mu.recoveryCk = false
+		db.mu.recovery.Checkpointed, db.mu.recovery.CheckpointTime = true, d
+	}
 	db.mu.ckDone.Broadcast()
 	db.mu.Unlock()
 	return db.gc(applied)
@@ -186,6 +190,9 @@ func (db *DB) maybeKickCheckpoint() {
 func (db *DB) checkpointDue(timer bool) bool {
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	if db.mu.recoveryCk {
+		return true
+	}
 	if db.mu.applied == db.mu.ckApplied {
 		return false // nothing new
 	}

@@ -35,13 +35,12 @@ import (
 //
 // A DB is safe for concurrent use.
 type DB struct {
-	dir      string
-	opts     Options
-	lock     vfs.Locker // nil when ReadOnly
-	pf       *pagefile.File
-	ix       *index.Store
-	j        *journal.Journal
-	recovery RecoveryReport
+	dir  string
+	opts Options
+	lock vfs.Locker // nil when ReadOnly
+	pf   *pagefile.File
+	ix   *index.Store
+	j    *journal.Journal
 
 	maxRecord int // largest journal record payload
 	maxGroup  int // largest journal batch the committer builds, in bytes
@@ -74,7 +73,11 @@ type DB struct {
 		ckBytes   int64 // journal bytes at the last checkpoint
 		lastCk    time.Time
 		replayBps float64
-		stats     Stats
+		// recoveryCk: recovery asked for a checkpoint that has not run
+		// yet; the checkpointer takes it at once (checkpointDue).
+		recoveryCk bool
+		recovery   RecoveryReport
+		stats      Stats
 	}
 }
 
@@ -144,25 +147,21 @@ func Open(dir string, opts *Options) (*DB, error) {
 			ArchiveDir: archive, ReadOnly: o.ReadOnly, Logger: o.Logger},
 		Apply:      replay.apply,
 		ReplayFrom: replayFrom,
-		Checkpoint: func(st *recovery.State, rep *recovery.Report) error {
-			db.pf, db.ix, db.j, db.applied = st.PageFile, st.Index, st.Journal, st.LastApplied
-			db.setReplayRate(rep)
-			return db.checkpoint()
-		},
 	})
 	if err != nil {
 		db.unlock()
 		return nil, wrapErr(fmt.Errorf("kdb: open %s: %w", dir, err))
 	}
 	db.pf, db.ix, db.j, db.applied = st.PageFile, st.Index, st.Journal, st.LastApplied
-	db.recovery = newRecoveryReport(rep)
+	db.mu.recovery = newRecoveryReport(rep)
 	if err := db.setReplayRate(rep); err != nil {
 		_ = st.Close()
 		db.unlock()
 		return nil, err
 	}
-	db.mu.ckApplied = db.applied
+	db.mu.ckApplied = rep.ReplayFrom
 	db.mu.applied = db.applied
+	db.mu.recoveryCk = rep.NeedsCheckpoint
 	db.mu.ckBytes = db.j.Stats().Bytes
 	db.mu.lastCk = time.Now()
 	if ks := db.ix.MaxKeySize() - len(userTreePrefix) - MaxIndexNameSize; ks < MaxKeySize {
@@ -170,11 +169,22 @@ func Open(dir string, opts *Options) (*DB, error) {
 		db.unlock()
 		return nil, fmt.Errorf("%w: page size %d allows keys of %d bytes, need %d", ErrInvalid, db.pf.PageSize(), ks, MaxKeySize)
 	}
-	o.Logger.Info("kdb: recovered", db.recovery.logAttrs()...)
+	if rep.NeedsCheckpoint && o.CheckpointBeforeServing {
+		if err := db.checkpoint(); err != nil {
+			_ = st.Close()
+			db.unlock()
+			return nil, fmt.Errorf("kdb: open %s: checkpoint after recovery: %w", dir, err)
+		}
+	}
+	o.Logger.Info("kdb: recovered", db.mu.recovery.logAttrs()...)
 	if !o.ReadOnly {
+		kick := db.mu.recoveryCk // no other goroutine yet
 		db.wg.Add(2)
 		go db.committer()
 		go db.checkpointer()
+		if kick {
+			db.kickCheckpoint() // see Options.CheckpointBeforeServing
+		}
 	}
 	return db, nil
 }
@@ -407,9 +417,28 @@ func (db *DB) waitForRoom() error {
 
 // committer gathers waiting batches into one journal batch, applies them in
 // order and answers their writers.
+//
+// Gathering lingers briefly for writers that are on their way back: those
+// the last group just answered, while other batches already wait (one
+// fsync serves both), or while fewer have come back than the last group
+// held. Without it, writers that arrive during an fsync form a second
+// cohort that alternates with the first, and each fsync carries half of
+// them. The linger is a quarter of the last group's commit time, at most
+// maxLinger, and a lone writer never waits: its group is always complete.
 func (db *DB) committer() {
 	defer db.wg.Done()
 	var reqs []*commitReq
+	var target int // how many writers the next group may expect
+	var linger time.Duration
+	commit := func() {
+		start := time.Now()
+		db.commitAndAnswer(reqs)
+		linger = min(time.Since(start)/4, maxLinger)
+		target = len(reqs) + len(db.commitCh)
+		// Drop the answered requests, so that their records (which hold
+		// the batches' values) are not kept alive until overwritten.
+		clear(reqs)
+	}
 	for {
 		select {
 		case r := <-db.commitCh:
@@ -418,29 +447,56 @@ func (db *DB) committer() {
 			return
 		}
 		size, nops := reqs[0].size, len(reqs[0].ops)
-	gather:
+		var timer *time.Timer
 		for size < db.maxGroup && nops < db.opts.CommitGroupOps {
-			select {
-			case r := <-db.commitCh:
-				if size+r.size > db.maxGroup || nops+len(r.ops) > db.opts.CommitGroupOps {
-					// INVARIANT: r is answered by the next round; it
-					// fits alone (encode checked it).
-					db.commitAndAnswer(reqs)
-					clear(reqs)
-					reqs, size, nops = append(reqs[:0], r), r.size, len(r.ops)
-					continue
+			var wait <-chan time.Time
+			if len(reqs) < target && linger > 0 {
+				if timer == nil {
+					timer = time.NewTimer(linger)
 				}
-				reqs = append(reqs, r)
-				size += r.size
-				nops += len(r.ops)
-			default:
-				break gather
+				wait = timer.C
 			}
+			r := db.nextReq(wait)
+			if r == nil {
+				break
+			}
+			if size+r.size > db.maxGroup || nops+len(r.ops) > db.opts.CommitGroupOps {
+				// INVARIANT: r is answered by the next round; it fits
+				// alone (encode checked it).
+				commit()
+				reqs, size, nops = append(reqs[:0], r), r.size, len(r.ops)
+				continue
+			}
+			reqs = append(reqs, r)
+			size += r.size
+			nops += len(r.ops)
 		}
-		db.commitAndAnswer(reqs)
-		// Drop the answered requests, so that their records (which hold
-		// the batches' values) are not kept alive until overwritten.
-		clear(reqs)
+		if timer != nil {
+			timer.Stop()
+		}
+		commit()
+	}
+}
+
+// maxLinger bounds how long the committer waits for more writers.
+const maxLinger = time.Millisecond
+
+// nextReq returns a waiting request, or the next to arrive before wait
+// fires (nil wait: none), or nil.
+func (db *DB) nextReq(wait <-chan time.Time) *commitReq {
+	select {
+	case r := <-db.commitCh:
+		return r
+	default:
+	}
+	if wait == nil {
+		return nil
+	}
+	select {
+	case r := <-db.commitCh:
+		return r
+	case <-wait:
+		return nil
 	}
 }
 

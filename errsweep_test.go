@@ -27,6 +27,9 @@ func sweepOptions(fs vfs.FS) *kdb.Options {
 		CheckpointInterval:   -1,
 		CheckpointBytes:      1 << 40,
 		CheckpointDirtyPages: 1 << 20,
+		// The sweep counts operations: the recovery checkpoint must not
+		// race the workload.
+		CheckpointBeforeServing: true,
 	}
 }
 

@@ -97,6 +97,17 @@ type Options struct {
 	// NoCheckpointOnClose skips the checkpoint Close normally takes, so the
 	// next Open replays the journal (benchmarks, tests). Default: false.
 	NoCheckpointOnClose bool
+	// CheckpointBeforeServing makes Open take the checkpoint recovery asks
+	// for (after replaying records, applying db.redo, rebuilding the free
+	// list or cutting a torn tail) before it returns, as step 6 of
+	// ARCHITECTURE.md's opening reads. By default Open returns as soon as
+	// the store is recovered and that checkpoint runs in the background
+	// right after: the store is consistent and durable either way, and a
+	// crash before it completes only means the next Open replays the same
+	// journal again. Set it to make the time to open deterministic (tests)
+	// or to have the next crash cheap from the moment Open returns.
+	// Default: false.
+	CheckpointBeforeServing bool
 }
 
 // Limits on what callers pass in.

@@ -60,11 +60,17 @@ func (db *DB) Stats() Stats {
 	s.HeldPages = db.pf.HeldPages()
 	s.FreePages = db.pf.FreeCount()
 	s.PageCount = uint64(db.pf.PageCount())
-	s.Recovery = db.recovery
+	s.Recovery = db.Recovery()
 	s.PinnedSegments, s.PinnedBytes = db.pinned()
 	s.Compactions, s.CompactedValues = db.broker.compactions.Load(), db.broker.movedValues.Load()
 	return s
 }
 
 // Recovery returns the report of the recovery that Open ran.
-func (db *DB) Recovery() RecoveryReport { return db.recovery }
+func (db *DB) Recovery() RecoveryReport {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	r := db.mu.recovery
+	r.Skipped = append([]string(nil), r.Skipped...)
+	return r
+}

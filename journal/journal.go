@@ -39,8 +39,12 @@ type OpenReport struct {
 	TornAt Location
 	// Skipped lists the damaged regions skipped (only with SkipDamaged).
 	Skipped []Damage
-	// Records and Batches count the user records and batches found.
+	// Records and Batches count the user records and batches verified
+	// (from Options.VerifyFrom on, if set).
 	Records, Batches int64
+	// Unverified is the number of segments before Options.VerifyFrom whose
+	// records Open did not verify (only their headers).
+	Unverified int
 	// Duration is the time Open took.
 	Duration time.Duration
 }
@@ -88,7 +92,8 @@ type Journal struct {
 		prev      uint64 // sum of the last frame in seg (seed if none)
 		prevOff   int64  // offset of the last frame written to seg, or -1
 		buf       []byte
-		sinceMark bool // records written since the last close mark
+		sinceMark bool  // records written since the last close mark
+		alloc     int64 // preallocated size of seg's file (allocStep)
 	}
 
 	mu struct {
@@ -204,7 +209,12 @@ func (j *Journal) Segments() []SegmentInfo {
 	defer j.mu.Unlock()
 	out := make([]SegmentInfo, 0, len(j.mu.segs))
 	for _, s := range j.mu.segs {
-		info := SegmentInfo{ID: s.id, Size: s.size, End: Location{s.id, s.end}, Sealed: s.sealed}
+		info := SegmentInfo{ID: s.id, Size: s.size, Sealed: s.sealed, Verified: !s.unverified}
+		if s.unverified {
+			out = append(out, info)
+			continue
+		}
+		info.End = Location{s.id, s.end}
 		info.First = info.End
 		if s.last >= 0 {
 			info.First = Location{s.id, segHeaderSize}

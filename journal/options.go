@@ -44,9 +44,9 @@ func (p SyncPolicy) String() string {
 type Options struct {
 	// FS is the file system. Default: vfs.OS.
 	FS vfs.FS
-	// SegmentSize is the size to which each new segment is preallocated and
-	// at which the active segment is rotated. At most 2 GiB.
-	// Default: 32 MiB.
+	// SegmentSize is the size at which the active segment is sealed and the
+	// next begins (a segment's file is preallocated in 1 MiB steps up to
+	// it). At most 2 GiB. Default: 32 MiB.
 	SegmentSize int64
 	// Sync is the sync policy. Default: SyncAlways.
 	Sync SyncPolicy
@@ -62,6 +62,16 @@ type Options struct {
 	// ErrCorrupt; OpenReport.Skipped lists exactly what was skipped.
 	// Default: false.
 	SkipDamaged bool
+	// VerifyFrom makes Open verify records only from this location on: the
+	// caller's replay position, the last record it already holds (a
+	// batch's last record). Segments wholly before it are opened and their
+	// headers checked, but their records are verified only when first
+	// needed: Read verifies each frame it returns, Iterate and Verify
+	// verify such a segment whole. So the cost of Open follows the journal
+	// to replay, not the journal retained. If the frame at VerifyFrom is
+	// not a verifying batch end, its segment is verified from its start.
+	// Ignored with SkipDamaged. Default: the zero Location (verify all).
+	VerifyFrom Location
 	// ArchiveDir, if set, makes RemoveBefore move segments into this
 	// directory instead of deleting them. Default: "" (delete).
 	ArchiveDir string

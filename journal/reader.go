@@ -32,9 +32,20 @@ type segment struct {
 	end    int64 // offset just past the last acknowledged frame
 	last   int64 // offset of the last acknowledged frame, or -1
 	sealed bool  // ends with a seal record
+	// unverified: Open checked only the header (Options.VerifyFrom); end
+	// is the file size, last is -1, and the records are verified by
+	// verifySegment before Iterate reads them.
+	unverified bool
 	// tailPrev is the sum of the frame at last (the seed if none): the
 	// chain value the next frame links to. Set by Open.
 	tailPrev uint64
+}
+
+// removed reports whether RemoveBefore removed the segment.
+func (s *segment) removed() bool {
+	s.rw.RLock()
+	defer s.rw.RUnlock()
+	return s.f == nil
 }
 
 // readAt reads into p at off, failing with ErrNotFound if the segment was
@@ -173,13 +184,20 @@ func (j *Journal) findLocked(id SegmentID) *segment {
 // a segment (its start). Batches are delivered whole: the records of a
 // batch are verified before the first of them is passed to fn. Regions
 // skipped by Open (OpenReport.Skipped) are skipped again. Internal records
-// are not delivered. If fn returns an error, Iterate stops and returns it.
+// are not delivered. The payload passed to fn is valid only until fn returns
+// (it aliases Iterate's read buffer): copy it to keep it. Segments that
+// Open left unverified (Options.VerifyFrom)
+// are verified whole first. If fn returns an error, Iterate stops and
+// returns it.
 // If RemoveBefore removes a segment Iterate still has to read, Iterate
 // returns an error wrapping ErrNotFound.
 func (j *Journal) Iterate(from Location, fn func(loc Location, r Record) error) error {
 	type span struct {
 		seg *segment
 		end int64
+	}
+	if err := j.verifySegments(from.Segment); err != nil {
+		return err
 	}
 	j.mu.Lock()
 	if j.mu.closed {
@@ -201,9 +219,10 @@ func (j *Journal) Iterate(from Location, fn func(loc Location, r Record) error) 
 	if !from.IsZero() && (from.Segment < first || len(spans) == 0 || spans[0].seg.id != from.Segment) {
 		return fmt.Errorf("%w: %s: no such segment", ErrNotFound, from)
 	}
-	type pending struct {
+	type pending struct { // a record of the batch being verified
 		loc Location
-		rec Record
+		typ RecordType
+		n   int // payload length
 	}
 	var batch []pending
 	for i, sp := range spans {
@@ -249,12 +268,19 @@ func (j *Journal) Iterate(from Location, fn func(loc Location, r Record) error) 
 				return fmt.Errorf("%w: %s: batch begins inside another batch", ErrCorrupt, loc)
 			}
 			if h.typ < MinReservedType {
-				batch = append(batch, pending{loc, Record{Type: h.typ, Payload: append([]byte(nil), pb...)}})
+				batch = append(batch, pending{loc, h.typ, int(h.length)})
 			}
 			off += frameSize(int(h.length))
 			if h.flags&flagBatchEnd != 0 {
+				// The batch verified: deliver its payloads from the
+				// reader's window (read again only if the batch spans
+				// windows), without a copy.
 				for _, p := range batch {
-					if err := fn(p.loc, p.rec); err != nil {
+					pb, err := r.at(p.loc.Offset+recHeaderSize, p.n)
+					if err != nil {
+						return err
+					}
+					if err := fn(p.loc, Record{Type: p.typ, Payload: pb}); err != nil {
 						return err
 					}
 				}

@@ -67,11 +67,11 @@ func (j *Journal) startWriter(segs []*segment, nextID SegmentID) error {
 		j.mu.segs = []*segment{seg}
 		j.mu.tail = Location{seg.id, seg.end}
 		j.mu.err = nil
-		w.seg, w.off, w.synced, w.prev, w.prevOff = seg, segHeaderSize, segHeaderSize, seg.seed, -1
+		w.seg, w.off, w.synced, w.prev, w.prevOff, w.alloc = seg, segHeaderSize, segHeaderSize, seg.seed, -1, seg.size
 		return nil
 	}
 	last := segs[len(segs)-1]
-	w.seg, w.off, w.synced, w.prevOff = last, last.end, last.end, last.last
+	w.seg, w.off, w.synced, w.prevOff, w.alloc = last, last.end, last.end, last.last, last.size
 	w.prev = last.tailPrev
 	if !last.sealed {
 		// What the scan found may be only in the OS cache (a previous
@@ -139,7 +139,18 @@ func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
 			}
 			rep.Skipped = append(rep.Skipped, d)
 		}
-		seg, err := j.scanSegment(id, i == len(ids)-1, rep)
+		last := i == len(ids)-1
+		var seg *segment
+		var err error
+		switch from := j.opts.VerifyFrom; {
+		case j.opts.SkipDamaged || from.IsZero() || id > from.Segment || last && id < from.Segment:
+			seg, err = j.scanSegment(id, last, segHeaderSize, rep)
+		case id == from.Segment:
+			seg, err = j.scanSegment(id, last, from.Offset, rep)
+		default:
+			seg, err = j.openUnverified(id)
+			rep.Unverified++
+		}
 		if err != nil {
 			return segs, 0, err
 		}
@@ -153,21 +164,58 @@ func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
 	return segs, nextID, nil
 }
 
-// scanSegment opens and verifies one segment. It returns nil (and no error)
-// for a last segment whose header was never completed, after removing it
-// (unless ReadOnly).
-func (j *Journal) scanSegment(id SegmentID, last bool, rep *OpenReport) (*segment, error) {
-	fsys := j.opts.FS
+// openFile opens the file of segment id (read-only if the journal is).
+func (j *Journal) openFile(id SegmentID) (*segment, error) {
 	flag := os.O_RDWR
 	if j.opts.ReadOnly {
 		flag = os.O_RDONLY
 	}
 	name := j.path(id)
-	f, err := fsys.OpenFile(name, flag, 0)
+	f, err := j.opts.FS.OpenFile(name, flag, 0)
 	if err != nil {
 		return nil, fmt.Errorf("journal: open %s: %w", id, err)
 	}
-	seg := &segment{id: id, name: name, f: f, last: -1}
+	return &segment{id: id, name: name, f: f, last: -1}, nil
+}
+
+// openUnverified opens a segment before Options.VerifyFrom, checking only
+// its header: its records are verified when first iterated.
+func (j *Journal) openUnverified(id SegmentID) (*segment, error) {
+	seg, err := j.openFile(id)
+	if err != nil {
+		return nil, err
+	}
+	f := seg.f
+	hb := make([]byte, segHeaderSize)
+	size, err := f.Size()
+	if err == nil {
+		err = seg.readAt(hb, 0)
+	}
+	var h segHeader
+	if err == nil {
+		h, err = decodeSegHeader(hb, id.String())
+	}
+	if err == nil && h.id != id {
+		err = fmt.Errorf("%w: %s@0: header names segment %d", ErrCorrupt, id, h.id)
+	}
+	if err != nil {
+		_ = f.Close()
+		return nil, err
+	}
+	seg.seed, seg.size, seg.end, seg.sealed, seg.unverified = h.seed, size, size, true, true
+	return seg, nil
+}
+
+// scanSegment opens and verifies one segment, its records from startOff on
+// (see scanRecords). It returns nil (and no error) for a last segment whose
+// header was never completed, after removing it (unless ReadOnly).
+func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *OpenReport) (*segment, error) {
+	fsys := j.opts.FS
+	seg, err := j.openFile(id)
+	if err != nil {
+		return nil, err
+	}
+	f, name := seg.f, seg.name
 	ok := false
 	defer func() {
 		if !ok {
@@ -181,8 +229,9 @@ func (j *Journal) scanSegment(id SegmentID, last bool, rep *OpenReport) (*segmen
 	seg.size = size
 	r := &chunkReader{seg: seg, size: size}
 
-	hb, err := r.at(0, segHeaderSize)
-	if err != nil {
+	// The header alone: records may be verified from far into the segment.
+	hb := make([]byte, min(size, segHeaderSize))
+	if err := seg.readAt(hb, 0); err != nil {
 		return nil, err
 	}
 	h, herr := decodeSegHeader(hb, id.String())
@@ -226,16 +275,106 @@ func (j *Journal) scanSegment(id SegmentID, last bool, rep *OpenReport) (*segmen
 		return seg, nil
 	}
 	seg.seed = h.seed
-	if err := j.scanRecords(seg, r, last, rep); err != nil {
+	res, err := j.scanRecords(seg, r, last, startOff, rep)
+	if err != nil {
 		return nil, err
 	}
+	seg.end, seg.last, seg.tailPrev, seg.sealed = res.end, res.last, res.tailPrev, res.sealed
 	ok = true
 	return seg, nil
 }
 
-// scanRecords walks the frames of seg, setting its end, last, sealed and
-// tailPrev, and truncates a torn tail of the last segment.
-func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, rep *OpenReport) error {
+// verifySegment verifies the records of a segment that Open did not
+// (Options.VerifyFrom) and records its end. A no-op for a verified one.
+func (j *Journal) verifySegment(seg *segment) error {
+	j.mu.Lock()
+	todo := seg.unverified
+	j.mu.Unlock()
+	if !todo {
+		return nil
+	}
+	// INVARIANT: an unverified segment is never the last one, so nothing
+	// writes to it and seg.size is fixed.
+	res, err := j.scanRecords(seg, &chunkReader{seg: seg, size: seg.size}, false, segHeaderSize, &OpenReport{})
+	if err != nil {
+		return err
+	}
+	j.mu.Lock()
+	seg.end, seg.last, seg.tailPrev, seg.sealed = res.end, res.last, res.tailPrev, res.sealed
+	seg.unverified = false
+	j.mu.Unlock()
+	return nil
+}
+
+// Verify verifies every segment that Open left unverified
+// (Options.VerifyFrom), oldest first, and returns the first damage found
+// (an error wrapping ErrCorrupt naming the segment and offset). A segment
+// that RemoveBefore removes meanwhile is skipped.
+func (j *Journal) Verify() error {
+	return j.verifySegments(0)
+}
+
+// verifySegments verifies the unverified segments from id on.
+func (j *Journal) verifySegments(from SegmentID) error {
+	j.mu.Lock()
+	if j.mu.closed {
+		j.mu.Unlock()
+		return ErrClosed
+	}
+	var todo []*segment
+	for _, s := range j.mu.segs {
+		if s.id >= from && s.unverified {
+			todo = append(todo, s)
+		}
+	}
+	j.mu.Unlock()
+	for _, s := range todo {
+		if err := j.verifySegment(s); err != nil {
+			if s.removed() {
+				continue // RemoveBefore took it meanwhile: nothing left to verify
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// scanEnd is where scanRecords found a segment's records to end.
+type scanEnd struct {
+	end      int64  // offset just past the last acknowledged frame
+	last     int64  // offset of the last acknowledged frame, or -1
+	tailPrev uint64 // sum of the frame at last (the seed if none)
+	sealed   bool
+}
+
+// batchEndAt returns the header of the frame at off if it verifies and
+// ends a batch.
+func (j *Journal) batchEndAt(r *chunkReader, id SegmentID, seed uint64, off int64) (recHeader, bool) {
+	if off < segHeaderSize || off%recAlign != 0 || off >= r.size {
+		return recHeader{}, false
+	}
+	hb, err := r.at(off, recHeaderSize)
+	if err != nil {
+		return recHeader{}, false
+	}
+	var hdr [recHeaderSize]byte
+	copy(hdr[:], hb)
+	h, err := decodeRecHeader(hdr[:], id, off, j.opts.MaxRecordSize, r.size-off)
+	if err != nil || h.flags&flagBatchEnd == 0 {
+		return recHeader{}, false
+	}
+	pb, err := r.at(off+recHeaderSize, int(h.length))
+	if err != nil || verifyRecord(h, hdr[:], pb, seed, id, off) != nil {
+		return recHeader{}, false
+	}
+	return h, true
+}
+
+// scanRecords walks the frames of seg and returns where they end; it
+// truncates a torn tail of the last segment. It starts at startOff if the
+// frame there verifies and ends a batch (the caller's replay position, see
+// Options.VerifyFrom), else at the first frame.
+func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff int64, rep *OpenReport) (scanEnd, error) {
 	id, seed, size := seg.id, seg.seed, seg.size
 	maxRec := j.opts.MaxRecordSize
 	off := int64(segHeaderSize)
@@ -244,6 +383,14 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, rep *Open
 	var batchRecs int64
 	goodEnd, goodPrev, goodLast := off, seed, int64(-1)
 	sealed := false
+	if startOff > off {
+		if h, ok := j.batchEndAt(r, id, seed, startOff); ok {
+			// Start inside the segment: the chain links to the frame's own
+			// prev field, and the frame may end a batch that began earlier.
+			off, prev = startOff, h.prev
+			inBatch, batchStart = h.flags&flagBatchBegin == 0, startOff
+		}
+	}
 	var hdr [recHeaderSize]byte
 	for {
 		var h recHeader
@@ -254,14 +401,14 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, rep *Open
 		} else {
 			hb, rerr := r.at(off, recHeaderSize)
 			if rerr != nil {
-				return rerr
+				return scanEnd{}, rerr
 			}
 			copy(hdr[:], hb)
 			h, err = decodeRecHeader(hdr[:], id, off, maxRec, size-off)
 			if err == nil {
 				pb, rerr := r.at(off+recHeaderSize, int(h.length))
 				if rerr != nil {
-					return rerr
+					return scanEnd{}, rerr
 				}
 				err = verifyRecord(h, hdr[:], pb, seed, id, off)
 			}
@@ -319,7 +466,7 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, rep *Open
 		}
 		fw, ferr := j.forward(r, id, seed, off, searchFrom, size)
 		if ferr != nil {
-			return ferr
+			return scanEnd{}, ferr
 		}
 		clean := !hard && !inBatch && fw.dataEnd <= off
 		durable := fw.maxSynced > damageStart // a later frame proves the damaged bytes were synced
@@ -333,7 +480,7 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, rep *Open
 			rep.TornBytesTruncated += end - damageStart
 			if !j.opts.ReadOnly {
 				if err := j.truncateTail(seg, damageStart); err != nil {
-					return err
+					return scanEnd{}, err
 				}
 			}
 		default:
@@ -348,7 +495,7 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, rep *Open
 				err = fmt.Errorf("%w: %w", ErrCorrupt, err)
 			}
 			if !j.opts.SkipDamaged {
-				return err
+				return scanEnd{}, err
 			}
 			skipTo := fw.nextBegin
 			if skipTo < 0 {
@@ -367,8 +514,7 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, rep *Open
 		}
 		break
 	}
-	seg.end, seg.last, seg.tailPrev, seg.sealed = goodEnd, goodLast, goodPrev, sealed
-	return nil
+	return scanEnd{end: goodEnd, last: goodLast, tailPrev: goodPrev, sealed: sealed}, nil
 }
 
 // truncateTail cuts the last segment at off, re-preallocates it with zeros
@@ -382,7 +528,7 @@ func (j *Journal) truncateTail(seg *segment, off int64) error {
 	if err := f.Sync(); err != nil {
 		return fmt.Errorf("journal: truncate torn tail of %s: sync: %w", Location{seg.id, off}, err)
 	}
-	if n := j.opts.SegmentSize - off; n > 0 {
+	if n := j.allocFor(off) - off; n > 0 {
 		if err := f.Allocate(off, n); err != nil {
 			return fmt.Errorf("journal: preallocate %s: %w", seg.id, err)
 		}

@@ -55,7 +55,8 @@ func (l Location) IsZero() bool { return l == Location{} }
 // SegmentInfo describes one segment.
 type SegmentInfo struct {
 	ID SegmentID
-	// Size is the file's size in bytes (preallocated, so usually SegmentSize).
+	// Size is the file's size in bytes: preallocated a step (1 MiB) ahead of
+	// its records, up to SegmentSize.
 	Size int64
 	// First is the location of the segment's first record, or End if the
 	// segment holds none.
@@ -68,4 +69,9 @@ type SegmentInfo struct {
 	// Sealed reports whether the segment ends with a seal record (every
 	// segment except the active one).
 	Sealed bool
+	// Verified reports whether the segment's records were verified (by
+	// Open, or later by Iterate or Verify; see Options.VerifyFrom). For a
+	// segment not verified yet First, Last and End are zero and Sealed is
+	// true (it is not the last segment).
+	Verified bool
 }

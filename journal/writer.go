@@ -155,12 +155,36 @@ func (j *Journal) publishLocked() {
 	j.mu.tail = Location{s.id, s.end}
 }
 
+// allocStep is the step in which a segment's file is preallocated: a
+// segment grows by fallocate a step ahead of its records, up to
+// SegmentSize, so that fdatasync rarely has a size change to record, and
+// what Open must read past the last record after a crash stays under a
+// step (FORMAT.md §J.1).
+const allocStep = 1 << 20
+
+// allocFor returns the size a segment's file is preallocated to when its
+// records end at end.
+func (j *Journal) allocFor(end int64) int64 {
+	return min((end+allocStep-1)/allocStep*allocStep, j.opts.SegmentSize)
+}
+
 // writeBuf writes the pending frames of w.buf, which start at segment offset
-// start. Does not sync. A failure fails the journal.
+// start, growing the file first if they pass its preallocated size. Does
+// not sync. A failure fails the journal.
 func (j *Journal) writeBuf(start int64) error {
 	w := &j.w
 	if len(w.buf) == 0 {
 		return nil
+	}
+	if end := start + int64(len(w.buf)); end > w.alloc {
+		to := j.allocFor(end)
+		if err := w.seg.f.Allocate(w.alloc, to-w.alloc); err != nil {
+			return j.fail(fmt.Errorf("journal: preallocate %s: %w", w.seg.id, err))
+		}
+		w.alloc = to
+		j.mu.Lock()
+		w.seg.size = max(w.seg.size, to)
+		j.mu.Unlock()
 	}
 	// Remember where the last frame starts, for SegmentInfo.Last.
 	w.prevOff = lastFrameOffset(w.buf, start)
@@ -231,7 +255,7 @@ func (j *Journal) rotate() error {
 	j.mu.segs = append(j.mu.segs, seg)
 	j.mu.tail = Location{seg.id, seg.end}
 	j.mu.Unlock()
-	w.seg, w.off, w.synced, w.prev, w.sinceMark = seg, segHeaderSize, segHeaderSize, seg.seed, false
+	w.seg, w.off, w.synced, w.prev, w.sinceMark, w.alloc = seg, segHeaderSize, segHeaderSize, seg.seed, false, seg.size
 	return nil
 }
 
@@ -263,12 +287,13 @@ func (j *Journal) createSegment(id SegmentID) (*segment, error) {
 	if err != nil {
 		return failed("open", err)
 	}
-	seg := &segment{id: id, seed: seed, name: name, f: f, size: j.opts.SegmentSize, end: segHeaderSize, last: -1}
+	size := j.allocFor(segHeaderSize)
+	seg := &segment{id: id, seed: seed, name: name, f: f, size: size, end: segHeaderSize, last: -1}
 	steps := []struct {
 		what string
 		do   func() error
 	}{
-		{"allocate", func() error { return f.Allocate(0, j.opts.SegmentSize) }},
+		{"allocate", func() error { return f.Allocate(0, size) }},
 		{"write header", func() error { _, err := f.WriteAt(hdr, 0); return err }},
 		{"sync", f.Sync},
 		{"rename", func() error { return fsys.Rename(tmp, name) }},

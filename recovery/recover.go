@@ -27,12 +27,6 @@ type Options struct {
 	// ReplayFrom converts the checkpoint's meta into the location of the
 	// last record it covers (zero: none).
 	ReplayFrom func(m pagefile.Meta) journal.Location
-	// Checkpoint, if set, is called after replay (when anything was
-	// replayed, the free list was rebuilt, or db.redo was applied) to
-	// write a checkpoint, so that the next crash is cheap. It is not
-	// called when the page file is read-only. rep is the report so far
-	// (replay figures included).
-	Checkpoint func(s *State, rep *Report) error
 	// NoReplay skips the replay (a read-only open sees the last
 	// checkpoint).
 	NoReplay bool
@@ -65,10 +59,13 @@ func (s *State) Close() error {
 }
 
 // Run opens the store in dir: the page file (newest intact meta, db.redo,
-// the free list trusted or rebuilt), the index, the journal (torn tail
-// truncated), then replays the journal after the checkpoint's replay
-// position, then (optionally) checkpoints. On error everything opened is
-// closed again.
+// the free list trusted or rebuilt), the index, the journal (verified from
+// the replay position, torn tail truncated), then replays the journal after
+// the checkpoint's replay position. It does not checkpoint: the caller
+// starts serving and checkpoints in the background when
+// Report.NeedsCheckpoint says so (the store is consistent and durable
+// without it; the checkpoint only makes the next crash cheap). On error
+// everything opened is closed again.
 func Run(dir string, o Options) (*State, *Report, error) {
 	if o.Apply == nil || o.ReplayFrom == nil {
 		return nil, nil, errors.New("recovery: Apply and ReplayFrom are required")
@@ -103,8 +100,14 @@ func Run(dir string, o Options) (*State, *Report, error) {
 	}
 	st.Index = ix
 
+	// The journal is verified from the replay position on; the segments
+	// before it hold only values the index still points to, and each is
+	// verified when read (or by journal.Verify, which DB.Check runs).
+	from := o.ReplayFrom(pf.Meta())
+	jo := o.Journal
+	jo.VerifyFrom = from
 	t = time.Now()
-	j, jrep, err := journal.Open(dir, o.Journal)
+	j, jrep, err := journal.Open(dir, jo)
 	rep.JournalDuration = time.Since(t)
 	if jrep != nil {
 		rep.Journal = *jrep
@@ -115,7 +118,6 @@ func Run(dir string, o Options) (*State, *Report, error) {
 	st.Journal = j
 
 	t = time.Now()
-	from := o.ReplayFrom(pf.Meta())
 	rep.ReplayFrom = from
 	st.LastApplied = from
 	if !o.NoReplay {
@@ -125,16 +127,8 @@ func Run(dir string, o Options) (*State, *Report, error) {
 	}
 	rep.ReplayDuration = time.Since(t)
 
-	needCheckpoint := rep.RecordsReplayed > 0 || rep.PageFile.RedoApplied ||
-		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0
-	if o.Checkpoint != nil && needCheckpoint && !o.PageFile.ReadOnly {
-		t = time.Now()
-		if err := o.Checkpoint(st, rep); err != nil {
-			return fail(fmt.Errorf("recovery: checkpoint: %w", err))
-		}
-		rep.CheckpointDuration = time.Since(t)
-		rep.Checkpointed = true
-	}
+	rep.NeedsCheckpoint = !o.PageFile.ReadOnly && (rep.RecordsReplayed > 0 || rep.PageFile.RedoApplied ||
+		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0)
 	rep.TotalDuration = time.Since(start)
 	return st, rep, nil
 }

@@ -24,15 +24,16 @@ type Report struct {
 	// (and their payload bytes).
 	RecordsReplayed int64
 	BytesReplayed   int64
-	// Checkpointed reports whether recovery ended with a checkpoint.
-	Checkpointed bool
+	// NeedsCheckpoint says the caller should checkpoint soon, so that the
+	// next crash is cheap: records were replayed, db.redo applied, the free
+	// list rebuilt or a torn journal tail cut. Never set when read-only.
+	NeedsCheckpoint bool
 
-	PageFileDuration   time.Duration // pagefile.Open: meta, redo, free list
-	IndexDuration      time.Duration // index.Open
-	JournalDuration    time.Duration // journal.Open: segment scan, tail repair
-	ReplayDuration     time.Duration // applying the journal
-	CheckpointDuration time.Duration // the closing checkpoint
-	TotalDuration      time.Duration
+	PageFileDuration time.Duration // pagefile.Open: meta, redo, free list
+	IndexDuration    time.Duration // index.Open
+	JournalDuration  time.Duration // journal.Open: segment scan, tail repair
+	ReplayDuration   time.Duration // applying the journal
+	TotalDuration    time.Duration
 }
 
 // ReplayRate returns the replay throughput in bytes per second, or 0 when too

@@ -81,11 +81,13 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 		}
 		return exitFor(err)
 	}
-	rep := db.Recovery()
+	// Close waits for the checkpoint recovery asked for (or takes one), so
+	// the report read after it says whether and how long.
 	if err := db.Close(); err != nil {
 		fmt.Fprintf(stderr, "kdbtool recover: close: %v\n", err)
 		return exitIO
 	}
+	rep := db.Recovery()
 	if *asJSON {
 		return writeJSON(stdout, recoveryJSON(rep))
 	}

@@ -1,0 +1,6 @@
+//go:build !linux
+
+package bench
+
+// dropFileCache does nothing off Linux.
+func dropFileCache(path string) error { return nil }
