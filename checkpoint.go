@@ -196,7 +196,9 @@ func (db *DB) checkpointDue(timer bool) bool {
 	if db.mu.applied == db.mu.ckApplied {
 		return false // nothing new
 	}
-	if db.pf.DirtyCount() >= db.opts.CheckpointDirtyPages {
+	// Page images cost memory; free stamps (pages freed since the last
+	// checkpoint) only a map entry each, so they count half.
+	if db.pf.HeldPages() >= db.opts.CheckpointDirtyPages || db.pf.DirtyCount() >= 2*db.opts.CheckpointDirtyPages {
 		return true
 	}
 	since := db.j.Stats().Bytes - db.mu.ckBytes

@@ -374,7 +374,9 @@ func (db *DB) encode(ops []op) (*commitReq, error) {
 			req.size += len(o.value) + 64
 		}
 	}
-	payload := encodeBatch(nil, req.ops)
+	// Allocated at its exact size: the payload stays alive until the batch
+	// is committed, and append's doubling would waste up to half of it.
+	payload := encodeBatch(make([]byte, 0, encodedBatchSize(req.ops)), req.ops)
 	req.recs = append(req.recs, journal.Record{Type: recBatch, Payload: payload})
 	req.size += len(payload) + 64
 	for _, r := range req.recs {
@@ -388,8 +390,15 @@ func (db *DB) encode(ops []op) (*commitReq, error) {
 	return req, nil
 }
 
-// waitForRoom blocks while twice Options.CheckpointDirtyPages pages are
-// dirty, until a checkpoint has written them.
+// waitForRoom blocks while the page file holds twice
+// Options.CheckpointDirtyPages page images for checkpoints (dirty pages, and
+// old images a running checkpoint still writes), until a checkpoint has
+// written them.
+//
+// INVARIANT: when no checkpoint is running, the images held are dirty pages
+// (pagefile.File.HeldPages), so DirtyCount >= CheckpointDirtyPages and the
+// kicked checkpointer finds a checkpoint due; when one is running, its end
+// broadcasts ckDone and releases the images it held.
 func (db *DB) waitForRoom() error {
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -397,7 +406,7 @@ func (db *DB) waitForRoom() error {
 		if err := db.writableLocked(); err != nil {
 			return err
 		}
-		if db.pf.DirtyCount() < 2*db.opts.CheckpointDirtyPages {
+		if db.pf.HeldPages() < 2*db.opts.CheckpointDirtyPages {
 			return nil
 		}
 		db.kickCheckpoint()
@@ -426,6 +435,9 @@ func (db *DB) committer() {
 		db.commitAndAnswer(reqs)
 		linger = min(time.Since(start)/4, maxLinger)
 		target = len(reqs) + len(db.commitCh)
+		// Drop the answered requests, so that their records (which hold
+		// the batches' values) are not kept alive until overwritten.
+		clear(reqs)
 	}
 	for {
 		select {
@@ -436,7 +448,7 @@ func (db *DB) committer() {
 		}
 		size, nops := reqs[0].size, len(reqs[0].ops)
 		var timer *time.Timer
-		for size < db.maxGroup && nops < maxGroupOps {
+		for size < db.maxGroup && nops < db.opts.CommitGroupOps {
 			var wait <-chan time.Time
 			if len(reqs) < target && linger > 0 {
 				if timer == nil {
@@ -448,7 +460,7 @@ func (db *DB) committer() {
 			if r == nil {
 				break
 			}
-			if size+r.size > db.maxGroup {
+			if size+r.size > db.maxGroup || nops+len(r.ops) > db.opts.CommitGroupOps {
 				// INVARIANT: r is answered by the next round; it fits
 				// alone (encode checked it).
 				commit()
@@ -487,10 +499,6 @@ func (db *DB) nextReq(wait <-chan time.Time) *commitReq {
 		return nil
 	}
 }
-
-// maxGroupOps bounds the operations the committer applies in one group, and
-// so the pages one group can dirty beyond the writers' limit.
-const maxGroupOps = 4096
 
 // commitAndAnswer waits, if too many pages are dirty, for a checkpoint to
 // write them (writers that passed waitForRoom together could otherwise

@@ -240,7 +240,7 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 			size += len(tree) + len(k) + len(v) + 64
 			rep.Keys++
 			rep.Bytes += uint64(len(k) + len(v))
-			if size >= db.maxGroup/4 || len(ops) >= maxGroupOps {
+			if size >= db.maxGroup/4 || len(ops) >= db.opts.CommitGroupOps {
 				if err := flush(); err != nil {
 					return rep, err
 				}

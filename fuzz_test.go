@@ -25,6 +25,9 @@ func FuzzDecodeBatch(f *testing.F) {
 		// What decodes re-encodes canonically (varints may not be canonical
 		// in b), and that encoding decodes to itself.
 		enc := encodeBatch(nil, ops)
+		if n := encodedBatchSize(ops); n != len(enc) {
+			t.Fatalf("encodedBatchSize = %d, encoded %d bytes", n, len(enc))
+		}
 		ops2, err := decodeBatch(enc, nvalues)
 		if err != nil {
 			t.Fatalf("re-encoded batch does not decode: %v", err)

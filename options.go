@@ -63,9 +63,20 @@ type Options struct {
 	// written since the last one. Default: 64 MiB.
 	CheckpointBytes int64
 	// CheckpointDirtyPages starts a checkpoint once this many pages are
-	// dirty in memory (this bounds the memory they use). Writers wait when
-	// twice as many are dirty. Default: 4096 (16 MiB of 4 KiB pages).
+	// dirty in memory. Writers wait while twice as many page images are
+	// held in memory for checkpoints (dirty pages, and the old images of
+	// the pages a running checkpoint is still writing), which with
+	// CommitGroupOps bounds their memory to about (2*CheckpointDirtyPages
+	// + the pages one group dirties) * PageSize. Default: 3072 (12 MiB of
+	// 4 KiB pages; writers wait at 24 MiB).
 	CheckpointDirtyPages int
+	// CommitGroupOps bounds the operations the committer gathers into one
+	// group (one journal write and fsync, one index update); a batch with
+	// more operations is committed alone. An index update decodes and
+	// dirties up to about one page per operation (random keys), so this
+	// bounds the memory of one update and how far one group can go past
+	// the writers' wait at 2*CheckpointDirtyPages. Default: 1024.
+	CommitGroupOps int
 	// RecoveryTimeTarget, if set, makes checkpoints frequent enough that
 	// replaying the journal written since the last one takes about this
 	// long, at the replay rate measured on this machine (at the last
@@ -137,7 +148,10 @@ func (o *Options) withDefaults() Options {
 		r.CheckpointBytes = 64 << 20
 	}
 	if r.CheckpointDirtyPages == 0 {
-		r.CheckpointDirtyPages = 4096
+		r.CheckpointDirtyPages = 3072
+	}
+	if r.CommitGroupOps == 0 {
+		r.CommitGroupOps = 1024
 	}
 	return r
 }
@@ -152,6 +166,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: SegmentSize %d: want 64 KiB to 1 GiB", ErrInvalid, o.SegmentSize)
 	case o.CheckpointDirtyPages < 16:
 		return fmt.Errorf("%w: CheckpointDirtyPages %d: at least 16", ErrInvalid, o.CheckpointDirtyPages)
+	case o.CommitGroupOps < 1:
+		return fmt.Errorf("%w: CommitGroupOps %d: at least 1", ErrInvalid, o.CommitGroupOps)
 	case o.CheckpointBytes < 0:
 		return fmt.Errorf("%w: CheckpointBytes %d", ErrInvalid, o.CheckpointBytes)
 	}

@@ -15,6 +15,34 @@ type op struct {
 	size  int    // opPutJournal: the value's length, checked against its record
 }
 
+// encodedBatchSize returns the size of the batch record payload for ops:
+// encodeBatch's output, so that it can be allocated once at its size.
+func encodedBatchSize(ops []op) int {
+	n := 1 + uvarintLen(uint64(len(ops)))
+	for _, o := range ops {
+		n += 1 + uvarintLen(uint64(len(o.tree))) + len(o.tree)
+		if o.kind == opDropTree {
+			continue
+		}
+		n += uvarintLen(uint64(len(o.key))) + len(o.key)
+		switch o.kind {
+		case opPut:
+			n += uvarintLen(uint64(len(o.value))) + len(o.value)
+		case opPutJournal:
+			n += uvarintLen(uint64(o.ref)) + uvarintLen(uint64(o.size))
+		}
+	}
+	return n
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
 // encodeBatch appends the batch record payload for ops (FORMAT.md §5.2).
 // Values of opPutJournal ops are not in it; they travel as their own recValue
 // records, in op order, just before it.

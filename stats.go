@@ -24,9 +24,14 @@ type Stats struct {
 	JournalSegments int    // segments on disk now
 	SegmentsRemoved uint64 // removed or archived by journal GC since Open
 
-	DirtyPages int    // pages changed since the last checkpoint
-	FreePages  uint64 // pages on the free list
-	PageCount  uint64 // pages in db.data, including the header and meta pages
+	DirtyPages int // pages changed since the last checkpoint
+	// HeldPages is the number of page images held in memory for
+	// checkpoints: the dirty pages with contents, and the old images a
+	// running checkpoint is still writing. Writers wait while it is at
+	// twice Options.CheckpointDirtyPages.
+	HeldPages int
+	FreePages uint64 // pages on the free list
+	PageCount uint64 // pages in db.data, including the header and meta pages
 
 	// PinnedSegments and PinnedBytes are the journal segments wholly
 	// before the last checkpoint's replay position, kept only because a
@@ -52,6 +57,7 @@ func (db *DB) Stats() Stats {
 	s.JournalBytes, s.JournalFsyncs, s.JournalRecords = js.Bytes, js.Fsyncs, js.Records
 	s.JournalSegments = len(db.j.Segments())
 	s.DirtyPages = db.pf.DirtyCount()
+	s.HeldPages = db.pf.HeldPages()
 	s.FreePages = db.pf.FreeCount()
 	s.PageCount = uint64(db.pf.PageCount())
 	s.Recovery = db.Recovery()

@@ -58,10 +58,15 @@ func (f *File) PrepareCheckpoint(u MetaUpdate) (*Checkpoint, error) {
 		return nil, fmt.Errorf("pagefile: checkpoint: %d allocated pages never written (e.g. %v)", len(f.mu.unwritten), some)
 	}
 	if invariants.Enabled {
+		images := 0
 		for id, d := range f.mu.dirty {
 			invariants.Assertf((d.typ == PageFree) == f.mu.free.contains(id),
 				"%v: dirty page of type %d, on the free list: %v", id, d.typ, f.mu.free.contains(id))
+			if d.payload != nil {
+				images++
+			}
 		}
+		invariants.Assertf(images == f.mu.dirtyImages, "dirty images: counted %d, tracked %d", images, f.mu.dirtyImages)
 	}
 	u.App = bytes.Clone(u.App)
 	cp := &Checkpoint{
@@ -70,11 +75,12 @@ func (f *File) PrepareCheckpoint(u MetaUpdate) (*Checkpoint, error) {
 		pageCount: f.mu.pageCount,
 		update:    u,
 	}
-	for id, d := range f.mu.dirty {
-		cp.entries = append(cp.entries, batchEntry{id, d})
-	}
 	f.mu.prepGen++
 	cp.gen = f.mu.prepGen
+	for id, d := range f.mu.dirty {
+		d.pinGen = cp.gen
+		cp.entries = append(cp.entries, batchEntry{id, d})
+	}
 	return cp, nil
 }
 
@@ -124,6 +130,8 @@ func (f *File) CommitCheckpoint(cp *Checkpoint) error {
 		f.mu.oldViews = append(f.mu.oldViews, f.mu.view)
 		f.mu.view = newView
 	}
+	f.mu.meta = meta
+	f.mu.commitGen = cp.gen
 	v := f.mu.view
 	for _, e := range cp.entries {
 		// INVARIANT: the page was written in place and synced, and the
@@ -132,11 +140,19 @@ func (f *File) CommitCheckpoint(cp *Checkpoint) error {
 		// commit): they need no checksum verification when read.
 		v.setVerified(e.id)
 		if f.mu.dirty[e.id] == e.d {
-			delete(f.mu.dirty, e.id)
+			f.dropDirtyLocked(e.id)
 		}
 	}
-	f.mu.meta = meta
-	f.mu.commitGen = cp.gen
+	// Images pinned by this checkpoint (or by older ones, which can no
+	// longer commit) are released; a later prepared one keeps its own.
+	kept := f.mu.pinned[:0]
+	for _, d := range f.mu.pinned {
+		if d.pinGen > cp.gen {
+			kept = append(kept, d)
+		}
+	}
+	clear(f.mu.pinned[len(kept):])
+	f.mu.pinned = kept
 	return nil
 }
 

@@ -28,6 +28,11 @@ import (
 //   - A page in the batch of a running commit stays in mu.dirty until its
 //     in-place write is synced, so no reader reads it from the mapping
 //     while it is being written.
+//   - mu.dirtyImages is the number of mu.dirty entries with a payload (not
+//     free stamps); mu.pinned lists the entries with a payload that left
+//     mu.dirty while a prepared checkpoint not yet committed still holds
+//     them (dirtyPage.pinGen > mu.commitGen). Their sum is HeldPages: the
+//     page images the checkpoints keep in memory.
 //   - Once mu.err is set, every mutation returns it. A failed write or
 //     sync is never retried.
 //
@@ -59,6 +64,8 @@ type File struct {
 		pageCount   PageID // exclusive upper bound of page IDs
 		free        *freeList
 		dirty       map[PageID]*dirtyPage
+		dirtyImages int          // entries of dirty with a payload
+		pinned      []*dirtyPage // images out of dirty, held by an uncommitted checkpoint
 		unwritten   map[PageID]struct{}
 		view        *view
 		oldViews    []*view           // replaced mappings, unmapped at Close
@@ -71,10 +78,14 @@ type File struct {
 	}
 }
 
-// dirtyPage is a page waiting for the next checkpoint. It is immutable.
+// dirtyPage is a page waiting for the next checkpoint. typ and payload are
+// immutable.
 type dirtyPage struct {
 	typ     PageType
 	payload []byte
+	// pinGen is the generation of the last checkpoint prepared with this
+	// page in its batch (0: none). Guarded by File.mu.
+	pinGen uint64
 }
 
 // view is one read mapping of db.data (mm == nil: read with ReadAt).
@@ -216,6 +227,47 @@ func (f *File) DirtyCount() int {
 	return len(f.mu.dirty)
 }
 
+// HeldPages returns the number of page images the page file holds in
+// memory for checkpoints: the dirty pages (written since the last
+// checkpoint; free stamps carry no image and are not counted) plus the
+// images a prepared, not yet committed checkpoint still holds after they
+// were rewritten or freed. Its memory is about HeldPages()*PageSize bytes.
+func (f *File) HeldPages() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.mu.dirtyImages + len(f.mu.pinned)
+}
+
+// setDirtyLocked makes d the dirty entry of id and keeps the counts of held
+// images.
+//
+// The caller must hold f.mu.
+func (f *File) setDirtyLocked(id PageID, d *dirtyPage) {
+	f.dropDirtyLocked(id)
+	f.mu.dirty[id] = d
+	if d.payload != nil {
+		f.mu.dirtyImages++
+	}
+}
+
+// dropDirtyLocked removes the dirty entry of id, if any; an image that an
+// uncommitted checkpoint still holds moves to mu.pinned.
+//
+// The caller must hold f.mu.
+func (f *File) dropDirtyLocked(id PageID) {
+	old := f.mu.dirty[id]
+	if old == nil {
+		return
+	}
+	delete(f.mu.dirty, id)
+	if old.payload != nil {
+		f.mu.dirtyImages--
+		if old.pinGen > f.mu.commitGen {
+			f.mu.pinned = append(f.mu.pinned, old)
+		}
+	}
+}
+
 // Err returns the sticky failure of the handle, wrapping ErrFailed, or nil.
 func (f *File) Err() error {
 	f.mu.RLock()
@@ -347,7 +399,7 @@ func (f *File) Write(id PageID, typ PageType, payload []byte) error {
 	if f.mu.free.contains(id) {
 		return fmt.Errorf("pagefile: write %v: the page is free", id)
 	}
-	f.mu.dirty[id] = d
+	f.setDirtyLocked(id, d)
 	delete(f.mu.unwritten, id)
 	return nil
 }
@@ -425,7 +477,7 @@ func (f *File) Free(id PageID) error {
 	if err := f.mu.free.free(id); err != nil {
 		return err
 	}
-	f.mu.dirty[id] = &dirtyPage{typ: PageFree}
+	f.setDirtyLocked(id, &dirtyPage{typ: PageFree})
 	delete(f.mu.unwritten, id)
 	return nil
 }
