@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -32,41 +30,22 @@ func readKey(k []byte, i uint64) {
 // inline in the B-tree. It is reused across runs; delete it to rebuild.
 func BuildReadStore(tb testing.TB) string {
 	tb.Helper()
-	dir := filepath.Join(Dir(), "read-1M")
-	done := filepath.Join(dir, "built")
-	if _, err := os.Stat(done); err == nil {
-		return dir
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		tb.Fatal(err)
-	}
-	start := time.Now()
-	db, err := kdb.Open(dir, BuildOptions())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	b := kdb.NewBatch()
-	val := make([]byte, readValueSize)
-	var k [16]byte
-	for i := uint64(0); i < readKeys; {
-		b.Reset()
-		for j := 0; j < 1000 && i < readKeys; j, i = j+1, i+1 {
-			readKey(k[:], i)
-			binary.LittleEndian.PutUint64(val, i)
-			b.Put("read", k[:], val)
+	return cachedStore(tb, "read-1M", func(db *kdb.DB) {
+		b := kdb.NewBatch()
+		val := make([]byte, readValueSize)
+		var k [16]byte
+		for i := uint64(0); i < readKeys; {
+			b.Reset()
+			for j := 0; j < 1000 && i < readKeys; j, i = j+1, i+1 {
+				readKey(k[:], i)
+				binary.LittleEndian.PutUint64(val, i)
+				b.Put("read", k[:], val)
+			}
+			if err := db.Write(b); err != nil {
+				tb.Fatal(err)
+			}
 		}
-		if err := db.Write(b); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	if err := db.Close(); err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(done, []byte("ok\n"), 0o600); err != nil {
-		tb.Fatal(err)
-	}
-	tb.Logf("built %s in %v", dir, time.Since(start).Round(time.Millisecond))
-	return dir
+	})
 }
 
 // BenchmarkRead measures reads of the read store (1,000,000 keys, 100-byte

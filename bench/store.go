@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/kdb-project/kdb"
 )
@@ -37,7 +38,17 @@ func BuildOptions() *kdb.Options {
 // values in index "data". It is reused across runs; delete Dir() to rebuild.
 func BuildStore(tb testing.TB, size int64) string {
 	tb.Helper()
-	dir := filepath.Join(Dir(), fmt.Sprintf("store-%dMiB", size>>20))
+	return cachedStore(tb, fmt.Sprintf("store-%dMiB", size>>20), func(db *kdb.DB) {
+		fillStore(tb, db, size)
+	})
+}
+
+// cachedStore returns the directory Dir()/name, first filling a new store
+// there with fill (opened with BuildOptions, closed after) unless a
+// previous run completed it (its "built" marker exists).
+func cachedStore(tb testing.TB, name string, fill func(db *kdb.DB)) string {
+	tb.Helper()
+	dir := filepath.Join(Dir(), name)
 	done := filepath.Join(dir, "built")
 	if _, err := os.Stat(done); err == nil {
 		return dir
@@ -45,10 +56,26 @@ func BuildStore(tb testing.TB, size int64) string {
 	if err := os.RemoveAll(dir); err != nil {
 		tb.Fatal(err)
 	}
+	start := time.Now()
 	db, err := kdb.Open(dir, BuildOptions())
 	if err != nil {
 		tb.Fatal(err)
 	}
+	fill(db)
+	if err := db.Close(); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(done, []byte("ok\n"), 0o600); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Logf("built %s in %v", dir, time.Since(start).Round(time.Millisecond))
+	return dir
+}
+
+// fillStore writes keys of 16 bytes with 16 KiB values into index "data"
+// until db.data holds at least size bytes.
+func fillStore(tb testing.TB, db *kdb.DB, size int64) {
+	tb.Helper()
 	rng := rand.New(rand.NewPCG(uint64(size), 1))
 	val := make([]byte, 16<<10)
 	for i := range val {
@@ -74,13 +101,6 @@ func BuildStore(tb testing.TB, size int64) string {
 			tb.Fatal(err)
 		}
 	}
-	if err := db.Close(); err != nil {
-		tb.Fatal(err)
-	}
-	if err := os.WriteFile(done, []byte("ok\n"), 0o600); err != nil {
-		tb.Fatal(err)
-	}
-	return dir
 }
 
 // CrashWithJournal opens the store, writes journalBytes of 1 KiB puts
