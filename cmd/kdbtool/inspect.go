@@ -5,7 +5,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/vfs"
@@ -417,21 +419,46 @@ func printInspect(w io.Writer, o *inspectOut) {
 		fmt.Fprintf(w, "checkpoint %s plus the journal after it, replayed in memory:\n", o.Store.AsOf)
 		fmt.Fprintf(w, "indexes: %d\n", len(o.Store.Indexes))
 		for _, ix := range o.Store.Indexes {
-			fmt.Fprintf(w, "  %s: %d keys\n", ix.Name, ix.Keys)
+			fmt.Fprintf(w, "  %s: %d keys\n", esc(ix.Name), ix.Keys)
 		}
 		fmt.Fprintf(w, "destinations: %d\n", len(o.Store.Destinations))
 		for _, d := range o.Store.Destinations {
-			fmt.Fprintf(w, "  %s %s: %d messages, %d bytes, next seq %d\n", d.Kind, d.Name, d.Count, d.Bytes, d.NextSeq)
+			fmt.Fprintf(w, "  %s %s: %d messages, %d bytes, next seq %d\n", d.Kind, esc(d.Name), d.Count, d.Bytes, d.NextSeq)
 			for _, s := range d.Subscriptions {
-				fmt.Fprintf(w, "    subscription %s: %d pending\n", s.Name, s.Pending)
+				fmt.Fprintf(w, "    subscription %s: %d pending\n", esc(s.Name), s.Pending)
 			}
 		}
 		if len(o.Store.Prepared) > 0 {
-			fmt.Fprintf(w, "prepared transactions: %v\n", o.Store.Prepared)
+			xids := make([]string, len(o.Store.Prepared))
+			for i, x := range o.Store.Prepared {
+				xids[i] = esc(x)
+			}
+			fmt.Fprintf(w, "prepared transactions: %s\n", strings.Join(xids, " "))
 		}
 	}
 	printProblems(w, o.Problems)
 }
+
+// esc returns a name (index, destination, subscription, key, transaction
+// ID) for the human output: as it is if it is plain (non-empty valid UTF-8,
+// every rune printable in the sense of strconv.IsPrint, so no control
+// character, newline or tab, and not starting with a double quote), else
+// Go-quoted with escapes. So a name never forges a line of a report, and a
+// quoted name is never mistaken for a plain one. The JSON output is exact.
+func esc(s string) string {
+	if s == "" || s[0] == '"' || !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// escBytes is esc for a byte string.
+func escBytes(b []byte) string { return esc(string(b)) }
 
 func printProblems(w io.Writer, ps []problem) {
 	for _, p := range ps {
