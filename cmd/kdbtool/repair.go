@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/internal/vfs"
 )
 
 func init() {
@@ -89,7 +90,21 @@ var errRefused = errors.New("refused")
 
 // repairStore plans the repair and, with apply, carries it out. out.OK
 // says whether the store is (dry run: already) sound afterwards.
+//
+// With apply it first takes the store's lock, before it reads, moves or
+// writes any file, and holds it until the store is closed again: on a live
+// store it returns ErrLocked having touched nothing, and no writer can open
+// the store while files are moved aside.
 func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut, error) {
+	var fsys vfs.FS = vfs.OS
+	if apply {
+		lk, lfs, err := lockStore(dir)
+		if err != nil {
+			return nil, err
+		}
+		defer lk.Close()
+		fsys = lfs
+	}
 	in, err := inspectStore(dir)
 	if err != nil {
 		return nil, err
@@ -178,7 +193,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	if err := syncDir(dir); err != nil {
 		return out, err
 	}
-	db, err := kdb.Open(dir, &kdb.Options{ForceFreeListScan: true})
+	db, err := kdb.Open(dir, &kdb.Options{ForceFreeListScan: true, FS: fsys})
 	if err != nil {
 		return out, err
 	}
@@ -199,6 +214,46 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	out.OK = out.After.OK
 	return out, nil
 }
+
+// lockStore takes the lock of the store in dir (which must be a directory:
+// nothing is created elsewhere) and returns it with a file system for
+// kdb.Open that runs under it (lockedFS).
+func lockStore(dir string) (vfs.Locker, vfs.FS, error) {
+	dir = filepath.Clean(dir)
+	if st, err := os.Stat(dir); err != nil {
+		return nil, nil, err
+	} else if !st.IsDir() {
+		return nil, nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	name := filepath.Join(dir, "lock")
+	lk, err := vfs.OS.Lock(name)
+	if errors.Is(err, vfs.ErrLocked) {
+		return nil, nil, fmt.Errorf("%w: %s: the store is open in another process (or handle); close it first: %w", kdb.ErrLocked, dir, err)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return lk, lockedFS{FS: vfs.OS, lock: name}, nil
+}
+
+// lockedFS is the OS file system for a store whose lock this process
+// already holds: its Lock of that lock file returns a no-op Locker, so that
+// kdb.Open runs under the lock taken first, with no gap in between.
+type lockedFS struct {
+	vfs.FS
+	lock string
+}
+
+func (l lockedFS) Lock(name string) (vfs.Locker, error) {
+	if filepath.Clean(name) == l.lock {
+		return nopLocker{}, nil
+	}
+	return l.FS.Lock(name)
+}
+
+type nopLocker struct{}
+
+func (nopLocker) Close() error { return nil }
 
 // saveBroken saves path as path.broken (or path.broken.N if that exists),
 // by a synced copy, or by a rename if move. It returns the saved name.
