@@ -3,7 +3,10 @@ package kdb
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -117,7 +120,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 	db.maxGroup = int(o.SegmentSize / 2)
 
 	if !o.ReadOnly {
-		if err := o.FS.MkdirAll(dir, 0o750); err != nil {
+		if err := createDir(o.FS, dir); err != nil {
 			return nil, fmt.Errorf("kdb: create %s: %w", dir, err)
 		}
 		lk, err := o.FS.Lock(filepath.Join(dir, "lock"))
@@ -128,6 +131,11 @@ func Open(dir string, opts *Options) (*DB, error) {
 			return nil, fmt.Errorf("kdb: lock %s: %w", dir, err)
 		}
 		db.lock = lk
+	}
+
+	if err := checkNotLost(o.FS, dir); err != nil {
+		db.unlock()
+		return nil, err
 	}
 
 	sync := journal.SyncAlways
@@ -187,6 +195,88 @@ func Open(dir string, opts *Options) (*DB, error) {
 		}
 	}
 	return db, nil
+}
+
+// createDir creates dir and its missing parents, and makes each new entry
+// durable (SyncDir of its parent), so that a store created under a new
+// directory tree does not vanish with it in a power loss.
+func createDir(fsys vfs.FS, dir string) error {
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		ok, err := vfs.Exists(fsys, d)
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkNotLost decides whether Open may create a new store in dir: only
+// where no store exists yet. A directory without db.data that holds what
+// only an existing store leaves (a journal segment, db.free, db.free.prev,
+// db.redo) is a store whose page file was lost: ErrCorrupt naming what is
+// missing and what remains, never a new, empty store over the old journal.
+//
+// The rule is sound for a crash during creation because creation writes
+// db.data first (header and meta, written to db.data.tmp, synced, renamed,
+// the directory synced) and every other file only after it is durable: a
+// crash before that leaves at most the lock file and db.data.tmp, which
+// count for nothing, and the store is created afresh.
+func checkNotLost(fsys vfs.FS, dir string) error {
+	data := filepath.Join(dir, "db.data")
+	exists, err := vfs.Exists(fsys, data)
+	if err != nil {
+		return fmt.Errorf("kdb: open %s: %w", dir, err)
+	}
+	if exists {
+		return nil
+	}
+	names, err := fsys.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kdb: open %s: %w", dir, err)
+	}
+	var found []string
+	var segs []journal.SegmentID
+	for _, n := range names {
+		if id, ok := journal.ParseSegmentName(n); ok {
+			segs = append(segs, id)
+		} else if n == "db.free" || n == "db.free.prev" || n == "db.redo" {
+			found = append(found, n)
+		}
+	}
+	switch {
+	case len(segs) == 1:
+		found = append([]string{segs[0].String()}, found...)
+	case len(segs) > 1:
+		slices.Sort(segs)
+		found = append([]string{fmt.Sprintf("%d journal segments %s to %s", len(segs), segs[0], segs[len(segs)-1])}, found...)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is missing, but %s remain: an existing store lost its page file (this is not a new store; kdbtool check and repair say what can be done)",
+		ErrCorrupt, data, strings.Join(found, ", "))
 }
 
 // setReplayRate sets the replay rate used by RecoveryTimeTarget: the one

@@ -85,7 +85,7 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := storeExists(dir); err != nil {
 		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
-		return exitIO
+		return exitFor(err)
 	}
 	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
 	if err != nil {

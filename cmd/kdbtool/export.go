@@ -103,7 +103,7 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	dir, file := fs.Arg(0), fs.Arg(1)
 	if err := storeExists(dir); err != nil {
 		fmt.Fprintf(stderr, "kdbtool export: %v\n", err)
-		return exitIO
+		return exitFor(err)
 	}
 	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
 	if err != nil {

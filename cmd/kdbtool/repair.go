@@ -11,6 +11,7 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/pagefile"
 )
 
 func init() {
@@ -105,6 +106,9 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		defer lk.Close()
 		fsys = lfs
 	}
+	if lost, why := dataLost(dir); lost {
+		return repairLostData(dir, apply, rebuild, why, fsys, stderr)
+	}
 	in, err := inspectStore(dir)
 	if err != nil {
 		return nil, err
@@ -171,12 +175,62 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		return out, nil
 	}
 
+	lastSeg := ""
+	if n := len(in.Journal.Segments); n > 0 {
+		lastSeg = in.Journal.Segments[n-1].Name
+	}
+	return carryOut(dir, out, lastSeg, in.PageSize, fsys, stderr)
+}
+
+// repairLostData plans (and with apply carries out) the repair of a store
+// that lost db.data (why says so): the index can be rebuilt only from a
+// journal that still begins at db-1.log, and only with --rebuild-index.
+func repairLostData(dir string, apply, rebuild bool, why error, fsys vfs.FS, stderr io.Writer) (*repairOut, error) {
+	out := &repairOut{Dir: dir, Apply: apply, Problems: []problem{{"error", "pagefile", why.Error()}},
+		Actions: []repairAction{}, Unfixable: []string{}, Saved: []string{}}
+	jo, jerr := inspectJournal(dir, pagefile.Meta{})
+	switch {
+	case jerr != nil:
+		out.Problems = append(out.Problems, problem{"error", "journal", jerr.Error()})
+		out.Unfixable = append(out.Unfixable, "db.data is missing and the journal is damaged ("+jerr.Error()+
+			"), so the index cannot be rebuilt from it: restore db.data from a backup")
+	case len(jo.Segments) == 0 || jo.Segments[0].ID != 1:
+		first := "no segment"
+		if len(jo.Segments) > 0 {
+			first = jo.Segments[0].Name
+		}
+		out.Unfixable = append(out.Unfixable, fmt.Sprintf("db.data is missing and the journal starts at %s, not db-1.log "+
+			"(older segments were removed after checkpoints had written their changes to db.data), so it no longer holds "+
+			"every write and the index cannot be rebuilt from it: restore db.data from a backup", first))
+	case !rebuild:
+		out.Unfixable = append(out.Unfixable, "db.data is missing; the journal still begins at db-1.log, "+
+			"so rerun with --rebuild-index to rebuild db.data by replaying the whole journal")
+	default:
+		out.Actions = append(out.Actions, repairAction{actRebuildIndex,
+			"db.data is missing: move db.redo, db.free and db.free.prev aside as .broken, create an empty db.data and rebuild it by replaying the whole journal"})
+		if jo.TornBytes > 0 {
+			out.Actions = append(out.Actions, repairAction{actTruncateTail,
+				fmt.Sprintf("truncate the torn journal tail: %d bytes at %s", jo.TornBytes, jo.TornAt)})
+		}
+	}
+	if !apply || len(out.Unfixable) > 0 {
+		return out, nil
+	}
+	return carryOut(dir, out, jo.Segments[len(jo.Segments)-1].Name, 0, fsys, stderr)
+}
+
+// carryOut makes the changes out.Actions plan, under the store's lock
+// (fsys shares it with kdb.Open): it saves every file an Open for writing
+// may change (moving the page-file files aside when the index is rebuilt,
+// which starts from an empty db.data of pageSize, 0: the default), opens
+// and closes the store, and re-inspects and re-checks it.
+func carryOut(dir string, out *repairOut, lastSeg string, pageSize int, fsys vfs.FS, stderr io.Writer) (*repairOut, error) {
 	rebuilding := out.Actions[0].Action == actRebuildIndex
 	// Every file an Open for writing may change: the page-file files and
 	// the last journal segment.
 	files := []string{"db.data", "db.redo", "db.free", "db.free.prev"}
-	if n := len(in.Journal.Segments); n > 0 {
-		files = append(files, in.Journal.Segments[n-1].Name)
+	if lastSeg != "" {
+		files = append(files, lastSeg)
 	}
 	for _, name := range files {
 		p := filepath.Join(dir, name)
@@ -192,6 +246,18 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	}
 	if err := syncDir(dir); err != nil {
 		return out, err
+	}
+	if rebuilding {
+		// kdb.Open never creates a store over a journal (that would be a
+		// store that lost db.data): the empty page file is made here, and
+		// the Open below replays the whole journal into it.
+		pf, _, err := pagefile.Open(dir, pagefile.Options{FS: fsys, PageSize: pageSize})
+		if err != nil {
+			return out, err
+		}
+		if err := pf.Close(); err != nil {
+			return out, err
+		}
 	}
 	db, err := kdb.Open(dir, &kdb.Options{ForceFreeListScan: true, FS: fsys})
 	if err != nil {
