@@ -1,6 +1,7 @@
 package kdb
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -155,6 +156,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 			ArchiveDir: archive, ReadOnly: o.ReadOnly, Logger: o.Logger},
 		Apply:      replay.apply,
 		ReplayFrom: replayFrom,
+		Refs:       segmentRefs,
 	})
 	if err != nil {
 		db.unlock()
@@ -299,6 +301,36 @@ func (db *DB) setReplayRate(rep *recovery.Report) error {
 // journal record it covers.
 func replayFrom(m pagefile.Meta) journal.Location {
 	return journal.Location{Segment: journal.SegmentID(m.ReplaySegment), Offset: int64(m.ReplayOffset)}
+}
+
+// segmentRefs returns the oldest and newest journal segment holding a value
+// the index refers to (0, 0: none), from the first and last key of the
+// segment refs tree (FORMAT.md §5.4).
+func segmentRefs(ix *index.Store) (oldest, newest journal.SegmentID, err error) {
+	err = ix.View(func(tx *index.Tx) error {
+		t, err := tx.OpenTree([]byte(segRefsTree))
+		if err != nil || t == nil {
+			return err
+		}
+		c := t.Cursor()
+		seg := func(k []byte, ok bool) (journal.SegmentID, error) {
+			if err := c.Err(); err != nil || !ok {
+				return 0, err
+			}
+			if len(k) != 4 {
+				return 0, fmt.Errorf("%w: segment refs key of %d bytes", ErrCorrupt, len(k))
+			}
+			return journal.SegmentID(binary.BigEndian.Uint32(k)), nil
+		}
+		k, _, ok := c.First()
+		if oldest, err = seg(k, ok); err != nil {
+			return err
+		}
+		k, _, ok = c.Last()
+		newest, err = seg(k, ok)
+		return err
+	})
+	return oldest, newest, wrapErr(err)
 }
 
 // insideDir resolves p (relative to dir, or absolute) and refuses a path that

@@ -256,7 +256,7 @@ func inspectStore(dir string) (*inspectOut, error) {
 		out.Problems = append(out.Problems, problem{"warning", "redo", "db.redo ignored: " + in.Redo.RedoIgnored})
 	}
 
-	out.Journal, out.jerr = inspectJournal(dir, m)
+	out.Journal, out.jerr = inspectJournal(dir, &m)
 	if out.Journal.Error != "" {
 		out.Problems = append(out.Problems, problem{"error", "journal", out.Journal.Error})
 	} else if out.Journal.TornBytes > 0 {
@@ -272,9 +272,23 @@ func inspectStore(dir string) (*inspectOut, error) {
 	return out, nil
 }
 
-func inspectJournal(dir string, m pagefile.Meta) (journalOut, error) {
+// inspectJournal opens the journal read-only. With m from db.data it
+// requires the segments m's replay position needs; a nil m requires none
+// (db.data is lost).
+func inspectJournal(dir string, m *pagefile.Meta) (journalOut, error) {
 	jo := journalOut{Segments: []segmentOut{}}
-	j, rep, err := journal.Open(dir, journal.Options{ReadOnly: true})
+	// The segments the meta's replay position requires (the values the
+	// index keeps in the journal are checked by the store's open).
+	var need journal.Need
+	if m != nil {
+		need = journal.Need{First: journal.SegmentID(m.ReplaySegment), Last: journal.SegmentID(m.ReplaySegment)}
+		if need.First == 0 {
+			need.First = 1
+		}
+	} else {
+		m = &pagefile.Meta{}
+	}
+	j, rep, err := journal.Open(dir, journal.Options{ReadOnly: true, Need: need})
 	if err != nil {
 		jo.Error = err.Error()
 		return jo, err

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,4 +96,48 @@ func jsonString(v any) string {
 		}
 	}
 	return b.String()
+}
+
+// TestCheckRecover_MissingSegment: a missing journal segment, first,
+// middle or last, makes check exit 1 (not 3) naming it, and recover exit 1;
+// recover --skip-damaged opens the store, lists the segment as skipped and
+// exits 0, and the loss stays visible: check and recover still exit 1.
+func TestCheckRecover_MissingSegment(t *testing.T) {
+	t.Parallel()
+	for _, which := range []string{"first", "middle", "last"} {
+		t.Run(which, func(t *testing.T) {
+			t.Parallel()
+			dir := makeStore(t, 6000)
+			segs := segments(t, dir)
+			if len(segs) < 3 || segs[0].ID != 1 {
+				t.Fatalf("segments %v: want db-1.log and two more", segs)
+			}
+			gone := map[string]string{"first": segs[0].ID.String(), "middle": segs[1].ID.String(),
+				"last": segs[len(segs)-1].ID.String()}[which]
+			if err := os.Remove(filepath.Join(dir, gone)); err != nil {
+				t.Fatal(err)
+			}
+			code, m := runJSON(t, "check", "--json", dir)
+			if code != exitProblems || !strings.Contains(fmt.Sprint(m["problems"]), gone+"@0: segments "+gone+" to "+gone+" are missing") {
+				t.Errorf("check: exit %d, %v", code, m["problems"])
+			}
+			code, _, errs := runTool(t, "recover", dir)
+			if code != exitProblems || !strings.Contains(errs, gone) {
+				t.Errorf("recover: exit %d: %s", code, errs)
+			}
+			code, m = runJSON(t, "recover", "--json", "--skip-damaged", dir)
+			if code != 0 || !strings.Contains(jsonString(m["skipped"]), "segments "+gone+" to "+gone+" are missing") {
+				t.Errorf("recover --skip-damaged: exit %d, %v", code, m)
+			}
+			if code, _, _ := runTool(t, "check", dir); code != exitProblems {
+				t.Errorf("check after recover --skip-damaged: exit %d, want 1", code)
+			}
+			if code, _, _ := runTool(t, "recover", dir); code != exitProblems {
+				t.Errorf("recover after recover --skip-damaged: exit %d, want 1", code)
+			}
+			if _, err := os.Stat(filepath.Join(dir, gone)); err == nil {
+				t.Errorf("%s was created again", gone)
+			}
+		})
+	}
 }

@@ -188,7 +188,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 func repairLostData(dir string, apply, rebuild bool, why error, fsys vfs.FS, stderr io.Writer) (*repairOut, error) {
 	out := &repairOut{Dir: dir, Apply: apply, Problems: []problem{{"error", "pagefile", why.Error()}},
 		Actions: []repairAction{}, Unfixable: []string{}, Saved: []string{}}
-	jo, jerr := inspectJournal(dir, pagefile.Meta{})
+	jo, jerr := inspectJournal(dir, nil)
 	switch {
 	case jerr != nil:
 		out.Problems = append(out.Problems, problem{"error", "journal", jerr.Error()})
