@@ -212,3 +212,34 @@ func TestOpen_SkipDamagedMissingSegment(t *testing.T) {
 		})
 	}
 }
+
+// TestOpen_SkipDamagedForgetsUnreferencedSegment: a missing segment that
+// held the replay position but no value the index refers to is forgotten
+// once an open with SkipDamagedJournal has replayed what follows it and
+// checkpointed: the next plain Open succeeds.
+func TestOpen_SkipDamagedForgetsUnreferencedSegment(t *testing.T) {
+	t.Parallel()
+	mem := segStore(t, 2000, 100, 2000)
+	ids := segIDs(t, mem)
+	mem.Remove("/db/" + ids[0].String())
+	o := segOpts(mem)
+	o.SkipDamagedJournal = true
+	db, err := kdb.Open("/db", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := db.Recovery(); len(r.Skipped) != 1 || r.RecordsReplayed == 0 {
+		t.Errorf("skipped %v, %d records replayed", r.Skipped, r.RecordsReplayed)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err = kdb.Open("/db", segOpts(mem))
+	if err != nil {
+		t.Fatalf("plain open after the loss was accepted: %v", err)
+	}
+	if _, err := db.Check(); err != nil {
+		t.Error(err)
+	}
+	db.Close()
+}
