@@ -24,6 +24,7 @@ func escapeStore(t *testing.T) string {
 	b.Put(forged, []byte("k"+forged), []byte("v"+forged))
 	b.Put("plain", []byte("k1"), []byte("v1"))
 	b.Put("plain", []byte("k2"), []byte("v2"))
+	b.Put("plain", []byte("k3\n"), []byte("v3"))
 	if err := db.Write(b); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func TestInspect_EscapesNames(t *testing.T) {
 	}
 	requireNoForgedLine(t, "inspect", out)
 	q := strings.Trim(esc(forged), `"`)
-	for _, want := range []string{"  plain: 2 keys\n", "  \"" + q + "\": 1 keys\n", "queue \"q" + q + "\": 1 messages",
+	for _, want := range []string{"  plain: 3 keys\n", "  \"" + q + "\": 1 keys\n", "queue \"q" + q + "\": 1 messages",
 		"topic \"t" + q + "\":", "subscription \"s" + q + "\": 0 pending"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("inspect: no %q in\n%s", want, out)
@@ -106,6 +107,15 @@ func TestDump_EscapesNames(t *testing.T) {
 	code, out, _ = runTool(t, "dump", "--index", "plain", "--values", "--limit", "1", dir)
 	if code != 0 || out != "\"k1\"\tv1\n... more: --start k2\n" {
 		t.Errorf("dump plain: exit %d\n%q", code, out)
+	}
+	// A next key that is not plain is offered in hex, and that works.
+	code, out, _ = runTool(t, "dump", "--index", "plain", "--limit", "2", dir)
+	if code != 0 || !strings.HasSuffix(out, "... more: --hex --start 6b330a\n") {
+		t.Errorf("dump plain --limit 2: exit %d\n%q", code, out)
+	}
+	code, out, _ = runTool(t, "dump", "--index", "plain", "--hex", "--start", "6b330a", dir)
+	if code != 0 || out != "6b330a\t2 bytes\n" {
+		t.Errorf("dump --hex --start 6b330a: exit %d\n%q", code, out)
 	}
 	code, m := runJSON(t, "dump", "--json", "--index", forged, "--values", dir)
 	keys, _ := m["keys"].([]any)
