@@ -292,6 +292,13 @@ func lockStore(dir string) (vfs.Locker, vfs.FS, error) {
 		return nil, nil, fmt.Errorf("%s is not a directory", dir)
 	}
 	name := filepath.Join(dir, "lock")
+	// Lock creates the lock file if it is missing, as Open does; in a
+	// directory that holds neither it nor db.data (not a store) nothing is
+	// created.
+	_, lerr := os.Stat(name)
+	if _, derr := os.Stat(filepath.Join(dir, "db.data")); errors.Is(lerr, os.ErrNotExist) && errors.Is(derr, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("%s is not a kdb store: %w", dir, derr)
+	}
 	lk, err := vfs.OS.Lock(name)
 	if errors.Is(err, vfs.ErrLocked) {
 		return nil, nil, fmt.Errorf("%w: %s: the store is open in another process (or handle); close it first: %w", kdb.ErrLocked, dir, err)

@@ -104,3 +104,16 @@ func TestRepair_ApplyOnLiveStoreIsLocked(t *testing.T) {
 	}
 	lk.Close()
 }
+
+// TestRepair_ApplyOnNonStoreCreatesNothing: repair --apply in a directory
+// that is not a store exits 3 and leaves no lock file behind.
+func TestRepair_ApplyOnNonStoreCreatesNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if code, _, errs := runTool(t, "repair", "--apply", dir); code != exitIO || !strings.Contains(errs, "not a kdb store") {
+		t.Errorf("exit %d: %s", code, errs)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("created %v", ents)
+	}
+}
