@@ -164,6 +164,11 @@ func Open(dir string, opts *Options) (*DB, error) {
 	}
 	db.pf, db.ix, db.j, db.applied = st.PageFile, st.Index, st.Journal, st.LastApplied
 	db.mu.recovery = newRecoveryReport(rep)
+	if err := db.noteLostValues(rep.Journal.Skipped); err != nil {
+		_ = st.Close()
+		db.unlock()
+		return nil, err
+	}
 	if err := db.setReplayRate(rep); err != nil {
 		_ = st.Close()
 		db.unlock()
@@ -331,6 +336,40 @@ func segmentRefs(ix *index.Store) (oldest, newest journal.SegmentID, err error) 
 		return err
 	})
 	return oldest, newest, wrapErr(err)
+}
+
+// noteLostValues adds to each skipped journal range that is whole missing
+// segments (SkipDamagedJournal) how many values the index still refers to
+// in them: reading those is ErrCorrupt. Called by Open only.
+func (db *DB) noteLostValues(skipped []journal.Damage) error {
+	return wrapErr(db.ix.View(func(tx *index.Tx) error {
+		t, err := tx.OpenTree([]byte(segRefsTree))
+		if err != nil || t == nil {
+			return err
+		}
+		for i, d := range skipped {
+			if d.From.Offset != 0 || d.To.Offset != 0 || i >= len(db.mu.recovery.Skipped) {
+				continue
+			}
+			var n, bytes uint64
+			var k [4]byte
+			for seg := d.From.Segment; seg < d.To.Segment; seg++ {
+				binary.BigEndian.PutUint32(k[:], uint32(seg))
+				v, ok, err := t.Get(k[:])
+				if err != nil {
+					return err
+				}
+				if ok && len(v) == 16 {
+					n += binary.LittleEndian.Uint64(v)
+					bytes += binary.LittleEndian.Uint64(v[8:])
+				}
+			}
+			if n > 0 {
+				db.mu.recovery.Skipped[i] += fmt.Sprintf("; the index refers to %d values (%d bytes) kept there: reading them is ErrCorrupt", n, bytes)
+			}
+		}
+		return nil
+	}))
 }
 
 // insideDir resolves p (relative to dir, or absolute) and refuses a path that
