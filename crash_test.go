@@ -131,7 +131,8 @@ func crashRecovery(img *vfs.MemFS, models []dbtest.State, step int, o vfs.CrashO
 
 // TestDB_CrashCampaign runs a mixed workload once and, before every mutating
 // file-system operation, takes power-loss images under several settings and
-// recovers each: every acknowledged write must be there, the batch in
+// recovers each (the first points fall in the creation of the store: see
+// also TestOpen_CrashDuringCreation): every acknowledged write must be there, the batch in
 // progress wholly there or wholly absent, and Check must pass. Every 40th
 // point it also crashes the recovery itself at each of its writes.
 //

@@ -2,6 +2,7 @@ package kdb
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
 	"github.com/kdb-project/kdb/index"
@@ -199,6 +200,11 @@ func (db *DB) resolve(v []byte) ([]byte, error) {
 		}
 		size := int(binary.LittleEndian.Uint32(v[13:]))
 		rec, err := db.j.Read(loc)
+		if errors.Is(err, journal.ErrNotFound) {
+			// The index refers to it, so it existed: lost (a missing
+			// segment, skipped by SkipDamagedJournal).
+			return nil, fmt.Errorf("%w: the index refers to a value at %s, which the journal no longer holds: %w", ErrCorrupt, loc, err)
+		}
 		if err != nil {
 			return nil, wrapErr(fmt.Errorf("kdb: value at %s: %w", loc, err))
 		}

@@ -72,6 +72,16 @@ type Options struct {
 	// not a verifying batch end, its segment is verified from its start.
 	// Ignored with SkipDamaged. Default: the zero Location (verify all).
 	VerifyFrom Location
+	// Need is the range of segments the caller's state requires: its
+	// replay position's segment and the segments holding records it still
+	// refers to. If the journal has any segment it must begin at or before
+	// Need.First, and it must reach Need.Last; else Open fails with an
+	// error wrapping ErrCorrupt that names the missing segments (a gap
+	// between two segments is always ErrCorrupt). With SkipDamaged the
+	// missing segments are listed in OpenReport.Skipped instead, and their
+	// ids are never reused: a new segment is numbered after Need.Last.
+	// Default: the zero Need, no requirement.
+	Need Need
 	// ArchiveDir, if set, makes RemoveBefore move segments into this
 	// directory instead of deleting them. Default: "" (delete).
 	ArchiveDir string
@@ -82,6 +92,12 @@ type Options struct {
 	// Logger receives events that have no caller to report to (a failed
 	// background sync). Default: nil, silent.
 	Logger *slog.Logger
+}
+
+// Need is a range of segments that must exist (Options.Need). A zero bound
+// requires nothing.
+type Need struct {
+	First, Last SegmentID
 }
 
 const (

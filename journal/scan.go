@@ -59,6 +59,26 @@ func Open(dir string, opts Options) (*Journal, *OpenReport, error) {
 // the first segment of an empty journal.
 func (j *Journal) startWriter(segs []*segment, nextID SegmentID) error {
 	w := &j.w
+	if len(segs) > 0 && nextID > segs[len(segs)-1].id+1 {
+		// Segments after the last one are missing (Options.Need, with
+		// SkipDamaged): continue in a new segment after them, so that no
+		// id the caller refers to names a different segment.
+		last := segs[len(segs)-1]
+		seg, err := j.createSegment(nextID)
+		if err != nil {
+			return err
+		}
+		if !last.sealed {
+			if err := last.f.Sync(); err != nil {
+				return fmt.Errorf("journal: sync %s: %w", last.id, err)
+			}
+		}
+		j.mu.segs = append(segs, seg)
+		j.mu.tail = Location{seg.id, seg.end}
+		j.mu.err = nil
+		w.seg, w.off, w.synced, w.prev, w.prevOff, w.alloc = seg, segHeaderSize, segHeaderSize, seg.seed, -1, seg.size
+		return nil
+	}
 	if len(segs) == 0 {
 		seg, err := j.createSegment(nextID)
 		if err != nil {
@@ -87,7 +107,7 @@ func (j *Journal) startWriter(segs []*segment, nextID SegmentID) error {
 // scanAll opens and verifies every segment of the directory. It returns the
 // segments kept (open) and the id the next new segment takes if none is
 // kept.
-func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
+func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ error) {
 	fsys := j.opts.FS
 	_, isDir, err := fsys.Stat(j.dir)
 	switch {
@@ -128,8 +148,18 @@ func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
 	}
 	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
 	rep.Segments = len(ids)
+	missing, err := j.missingNeeded(ids)
+	if err != nil {
+		return nil, 0, err
+	}
+	rep.Skipped = append(rep.Skipped, missing...)
 	var segs []*segment
-	nextID := SegmentID(1)
+	nextID = SegmentID(1)
+	defer func() {
+		if n := j.opts.Need.Last; len(missing) > 0 && nextID <= n {
+			nextID = n + 1 // never reuse the id of a missing segment
+		}
+	}()
 	for i, id := range ids {
 		if i > 0 && id != ids[i-1]+1 {
 			d := Damage{From: Location{ids[i-1] + 1, 0}, To: Location{id, 0},
@@ -162,6 +192,38 @@ func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
 		segs = append(segs, seg)
 	}
 	return segs, nextID, nil
+}
+
+// missingNeeded checks the segments found (ids, ascending) against
+// Options.Need: it returns the missing ones as Damage if SkipDamaged, else
+// an error wrapping ErrCorrupt that names them.
+func (j *Journal) missingNeeded(ids []SegmentID) ([]Damage, error) {
+	need := j.opts.Need
+	var ds []Damage
+	gone := func(from, to SegmentID, why string) {
+		ds = append(ds, Damage{From: Location{from, 0}, To: Location{to + 1, 0},
+			Reason: fmt.Sprintf("segments %s to %s are missing: %s", from, to, why)})
+	}
+	switch {
+	case len(ids) == 0 && need.Last != 0:
+		first := need.First
+		if first == 0 || first > need.Last {
+			first = need.Last
+		}
+		gone(first, need.Last, fmt.Sprintf("the journal has no segment, but the store needs %s to %s", first, need.Last))
+	case len(ids) == 0:
+	default:
+		if need.First != 0 && ids[0] > need.First {
+			gone(need.First, ids[0]-1, fmt.Sprintf("the journal begins at %s, but the store needs it from %s", ids[0], need.First))
+		}
+		if last := ids[len(ids)-1]; need.Last != 0 && last < need.Last {
+			gone(last+1, need.Last, fmt.Sprintf("the journal ends at %s, but the store refers to %s", last, need.Last))
+		}
+	}
+	if len(ds) > 0 && !j.opts.SkipDamaged {
+		return nil, fmt.Errorf("%w: %s: %s", ErrCorrupt, ds[0].From, ds[0].Reason)
+	}
+	return ds, nil
 }
 
 // openFile opens the file of segment id (read-only if the journal is).

@@ -27,6 +27,12 @@ type Options struct {
 	// ReplayFrom converts the checkpoint's meta into the location of the
 	// last record it covers (zero: none).
 	ReplayFrom func(m pagefile.Meta) journal.Location
+	// Refs returns the oldest and newest journal segment holding a record
+	// the opened index still refers to (0, 0: none). Optional. With the
+	// replay position it tells the journal which segments must exist
+	// (journal.Options.Need), so that a missing one is ErrCorrupt rather
+	// than a silent loss.
+	Refs func(ix *index.Store) (oldest, newest journal.SegmentID, err error)
 	// NoReplay skips the replay (a read-only open sees the last
 	// checkpoint).
 	NoReplay bool
@@ -106,6 +112,9 @@ func Run(dir string, o Options) (*State, *Report, error) {
 	from := o.ReplayFrom(pf.Meta())
 	jo := o.Journal
 	jo.VerifyFrom = from
+	if jo.Need, err = need(ix, from, o.Refs); err != nil {
+		return fail(fmt.Errorf("recovery: index: %w", err))
+	}
 	t = time.Now()
 	j, jrep, err := journal.Open(dir, jo)
 	rep.JournalDuration = time.Since(t)
@@ -120,8 +129,9 @@ func Run(dir string, o Options) (*State, *Report, error) {
 	t = time.Now()
 	rep.ReplayFrom = from
 	st.LastApplied = from
-	if !o.NoReplay {
-		if err := replay(st, o, rep, from); err != nil {
+	rfrom, found := replayStart(j, from)
+	if !o.NoReplay && found {
+		if err := replay(st, o, rep, rfrom); err != nil {
 			return fail(err)
 		}
 	}
@@ -131,4 +141,45 @@ func Run(dir string, o Options) (*State, *Report, error) {
 		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0)
 	rep.TotalDuration = time.Since(start)
 	return st, rep, nil
+}
+
+// need returns the segments the store requires of its journal: from the
+// replay position's segment (the first segment if the replay position is
+// zero: nothing was ever checkpointed, so nothing was collected) through
+// itself, widened to every segment holding a record the index refers to.
+func need(ix *index.Store, from journal.Location, refs func(*index.Store) (journal.SegmentID, journal.SegmentID, error)) (journal.Need, error) {
+	n := journal.Need{First: from.Segment, Last: from.Segment}
+	if from.IsZero() {
+		n.First = 1
+	}
+	if refs == nil {
+		return n, nil
+	}
+	oldest, newest, err := refs(ix)
+	if err != nil {
+		return n, err
+	}
+	if oldest != 0 && oldest < n.First {
+		n.First = oldest
+	}
+	n.Last = max(n.Last, newest)
+	return n, nil
+}
+
+// replayStart returns where the replay begins: from, or, if from's segment
+// is missing (skipped, with SkipDamaged: its records are lost and listed),
+// the start of the first segment after it; and false if there is none.
+func replayStart(j *journal.Journal, from journal.Location) (journal.Location, bool) {
+	if from.IsZero() {
+		return from, true
+	}
+	for _, s := range j.Segments() {
+		switch {
+		case s.ID == from.Segment:
+			return from, true
+		case s.ID > from.Segment:
+			return journal.Location{Segment: s.ID}, true
+		}
+	}
+	return from, false
 }

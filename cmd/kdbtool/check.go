@@ -60,6 +60,25 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 // db.data cannot be read at all; ioErr is the first error that was not
 // about damaged bytes (the check is then incomplete: exit 3).
 func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
+	if lost, why := dataLost(dir); lost {
+		// Say what repair could do: rebuild db.data from a journal that
+		// still begins at db-1.log, else nothing.
+		r, err := repairLostData(dir, false, true, why, nil, stderr)
+		if err != nil {
+			return nil, err
+		}
+		msg := why.Error()
+		for _, a := range r.Actions {
+			if a.Action == actRebuildIndex {
+				msg += "; kdbtool repair --apply --rebuild-index can rebuild it: the journal still begins at db-1.log"
+			}
+		}
+		for _, u := range r.Unfixable {
+			msg += "; cannot repair: " + u
+		}
+		out := &checkOut{Dir: dir, Problems: append([]problem{{"error", "pagefile", msg}}, r.Problems[1:]...)}
+		return out, nil
+	}
 	in, err := inspectStore(dir)
 	if err != nil {
 		if !isCorrupt(err) {

@@ -69,11 +69,11 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	if err := storeExists(dir); err != nil {
-		fmt.Fprintf(stderr, "kdbtool recover: %v\n", err)
-		return exitIO
+	err := storeExists(dir)
+	var db *kdb.DB
+	if err == nil {
+		db, err = kdb.Open(dir, &kdb.Options{ForceFreeListScan: *forceScan, SkipDamagedJournal: *skip})
 	}
-	db, err := kdb.Open(dir, &kdb.Options{ForceFreeListScan: *forceScan, SkipDamagedJournal: *skip})
 	if err != nil {
 		fmt.Fprintf(stderr, "kdbtool recover: %v\n", err)
 		if *asJSON {
