@@ -196,6 +196,17 @@ func (db *DB) gc(applied journal.Location) error {
 	return nil
 }
 
+// gcAgain runs journal GC for the last checkpoint again (serialized with
+// checkpoints): the segments it kept for Views that have ended since.
+func (db *DB) gcAgain() error {
+	db.ckMu.Lock()
+	defer db.ckMu.Unlock()
+	db.mu.Lock()
+	applied := db.mu.ckApplied
+	db.mu.Unlock()
+	return db.gc(applied)
+}
+
 // kickCheckpoint wakes the checkpointer without waiting.
 func (db *DB) kickCheckpoint() {
 	select {
@@ -265,7 +276,17 @@ func (db *DB) checkpointer() {
 		case <-t.C:
 			timer = true
 		}
-		if db.Err() != nil || !db.checkpointDue(timer) {
+		if db.Err() != nil {
+			continue
+		}
+		if !db.checkpointDue(timer) {
+			if db.gcPostponed() {
+				// The View that a GC kept segments for has ended: remove
+				// them now rather than at the next checkpoint.
+				if err := db.gcAgain(); err != nil {
+					db.opts.Logger.Error("kdb: journal GC failed", "err", err)
+				}
+			}
 			continue
 		}
 		if err := db.checkpoint(); err != nil {

@@ -23,7 +23,8 @@ import (
 // one index Update, and only then answers the writers. Readers see a change
 // only once it is durable.
 //
-// Lock order: writeMu → DB.mu → (journal, index and page file locks). No
+// Lock order: writeMu → DB.mu → (journal, index and page file locks);
+// views.mu (the View registry, lifecycle.go) is a leaf. No
 // DB lock is held across an fsync except writeMu, which a writer holds while
 // it waits for its own commit.
 //

@@ -40,6 +40,11 @@ type viewRegistry struct {
 	floor   journal.SegmentID         // GC may have removed every segment below it
 	idle    chan struct{}             // closed when n drops to 0 while Close waits
 	release func()                    // run by the last View after Close gave up waiting
+	// postponed: the last GC kept segments for a running View; the View
+	// holding the lowest floor wakes the checkpointer when it ends, which
+	// runs GC again (gcPostponed).
+	postponed bool
+	wanted    journal.SegmentID // the limit that GC lowered for them
 	gone    atomic.Bool               // Close stopped waiting: Snapshot calls return ErrClosed
 }
 
@@ -63,8 +68,10 @@ func (db *DB) beginView() (journal.SegmentID, error) {
 func (db *DB) endView(floor journal.SegmentID) {
 	r := &db.views
 	r.mu.Lock()
+	kick := false
 	if r.floors[floor]--; r.floors[floor] == 0 {
 		delete(r.floors, floor)
+		kick = r.postponed
 	}
 	r.n--
 	var release func()
@@ -79,6 +86,9 @@ func (db *DB) endView(floor journal.SegmentID) {
 	if release != nil {
 		release()
 	}
+	if kick {
+		db.kickCheckpoint()
+	}
 }
 
 // gcLimit lowers limit to the floor of every running View and raises the
@@ -88,11 +98,30 @@ func (db *DB) gcLimit(limit journal.SegmentID) journal.SegmentID {
 	r := &db.views
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	want := limit
 	for f := range r.floors {
 		limit = min(limit, f)
 	}
 	r.floor = max(r.floor, limit)
+	r.postponed, r.wanted = limit < want, want
 	return limit
+}
+
+// gcPostponed reports whether the last GC kept segments for a View that
+// has ended since (no running View holds a floor as low as it did).
+func (db *DB) gcPostponed() bool {
+	r := &db.views
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.postponed {
+		return false
+	}
+	for f := range r.floors {
+		if f < r.wanted {
+			return false // still held
+		}
+	}
+	return true
 }
 
 // closeViews stops new Views and waits until deadline for the running ones.
