@@ -134,23 +134,21 @@ func (s *Snapshot) Iter(index string) *Iter {
 }
 
 // Iter walks an index in key order, forward or backward. Key and Value are
-// valid until the next move (they are the iterator's own copies, never the
-// store's memory). Used after its View returned, or after Close gave up
-// waiting for the View, its moves return false and Err says why.
+// valid until the next move or the end of the View (copy them to keep them):
+// while the View runs, the memory they point into stays mapped, even if
+// Close gives up waiting for it. Used after its View returned, or after
+// Close gave up waiting for the View, its moves return false, Key and Value
+// return nil, and Err says why.
 type Iter struct {
 	s        *Snapshot
 	c        *index.Cursor
-	key, raw []byte // the store's memory: valid while the View runs
+	key, raw []byte
 	ok       bool
 	err      error
-
-	kbuf, vbuf []byte // copies handed out for the current position
-	kset, vset bool   // kbuf, vbuf hold the current position's key, value
 }
 
 func (it *Iter) set(k, v []byte, ok bool) bool {
 	it.key, it.raw, it.ok = k, v, ok
-	it.kset, it.vset = false, false
 	if !ok && it.c != nil && it.err == nil {
 		it.err = it.c.Err()
 	}
@@ -163,6 +161,12 @@ func (it *Iter) move() bool {
 	if it.c == nil {
 		return false
 	}
+	return it.readable()
+}
+
+// readable reports whether the snapshot may still be read; if not, the
+// iterator is exhausted and Err says why.
+func (it *Iter) readable() bool {
 	if err := it.s.usable(); err != nil {
 		if it.err == nil {
 			it.err = err
@@ -213,56 +217,27 @@ func (it *Iter) Prev() bool {
 	return it.set(it.c.Prev())
 }
 
-// valid reports whether the current position may be read.
-func (it *Iter) valid() bool {
-	if !it.ok {
-		return false
-	}
-	if err := it.s.usable(); err != nil {
-		if it.err == nil {
-			it.err = err
-		}
-		it.set(nil, nil, false)
-		return false
-	}
-	return true
-}
-
 // Key returns the current key.
 func (it *Iter) Key() []byte {
-	if it.kset {
-		return it.kbuf
-	}
-	if !it.valid() {
+	if !it.ok || !it.readable() {
 		return nil
 	}
-	it.kbuf = append(it.kbuf[:0], it.key...)
-	it.kset = true
-	return it.kbuf
+	return it.key
 }
 
-// Value returns the current value. On error it returns nil and Err reports
-// it.
+// Value returns the current value (a copy if it was kept in the journal). On
+// error it returns nil and Err reports it.
 func (it *Iter) Value() []byte {
-	if it.vset {
-		return it.vbuf
-	}
-	if !it.valid() {
+	if !it.ok || !it.readable() {
 		return nil
 	}
 	if len(it.raw) > 0 && it.raw[0] == valInline {
-		it.vbuf = append(it.vbuf[:0], it.raw[1:]...)
-		it.vset = true
-		return it.vbuf
+		return it.raw[1:]
 	}
 	v, err := it.s.db.resolve(it.raw)
-	if err != nil {
-		if it.err == nil {
-			it.err = err
-		}
-		return nil
+	if err != nil && it.err == nil {
+		it.err = err
 	}
-	it.vbuf, it.vset = v, true
 	return v
 }
 
