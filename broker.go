@@ -524,7 +524,9 @@ func (db *DB) brokerWrite(exclusive bool, fn func(w *bwrite) error) error {
 }
 
 func (db *DB) brokerCommit(exclusive bool, fn func(w *bwrite) error) error {
-	db.writeMu.RLock()
+	if err := db.rlockWrite("a broker write"); err != nil {
+		return err
+	}
 	defer db.writeMu.RUnlock()
 	b := &db.broker
 	b.mu.Lock()

@@ -1,6 +1,7 @@
 package kdb_test
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"strconv"
@@ -207,15 +208,24 @@ func runCampaign(t *testing.T, seed uint64, n int, c *campaignCounts) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A View holds its snapshot from a third of the way to two thirds,
+	// paused mid-iteration: journal GC postpones the segments it reads
+	// across the checkpoints meanwhile, and the crash images taken then
+	// hold them.
+	held := newHeldView(db, n/3, 2*n/3)
 	for i, st := range steps {
 		cur.Store(int64(i))
+		held.at(i)
 		if err := dbtest.Exec(db, st); err != nil {
 			t.Fatalf("step %d: %v", i, err)
 		}
 	}
 	cur.Store(int64(len(steps)))
+	if err := held.wait(models[n/3]); err != nil {
+		t.Fatalf("the View held from step %d to %d: %v", n/3, 2*n/3, err)
+	}
 	st := db.Stats()
-	t.Logf("seed %d: %d journal bytes, %d segments now, %d removed by GC, %d checkpoints, %d pages", seed, st.JournalBytes, st.JournalSegments, st.SegmentsRemoved, st.Checkpoints, st.PageCount)
+	t.Logf("seed %d: %d journal bytes, %d segments now, %d removed by GC (%d GCs postponed for the held View), %d checkpoints, %d pages", seed, st.JournalBytes, st.JournalSegments, st.SegmentsRemoved, st.GCPostponed, st.Checkpoints, st.PageCount)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -224,4 +234,86 @@ func runCampaign(t *testing.T, seed uint64, n int, c *campaignCounts) {
 	for _, f := range failures {
 		t.Error(f)
 	}
+}
+
+// heldView is a View that begins before step from and reads half of the
+// store, pauses until step to, then reads the rest.
+type heldView struct {
+	db                *kdb.DB
+	from, to          int
+	started, resume   chan struct{}
+	done              chan error
+	got               dbtest.State
+	began, resumedYet bool
+}
+
+func newHeldView(db *kdb.DB, from, to int) *heldView {
+	return &heldView{db: db, from: from, to: to, started: make(chan struct{}), resume: make(chan struct{}), done: make(chan error, 1)}
+}
+
+// at is called before step i runs.
+func (h *heldView) at(i int) {
+	switch {
+	case i == h.from && !h.began:
+		h.began = true
+		go func() { h.done <- h.run() }()
+		<-h.started
+	case i == h.to && h.began && !h.resumedYet:
+		h.resumedYet = true
+		close(h.resume)
+	}
+}
+
+func (h *heldView) run() error {
+	h.got = dbtest.State{}
+	return h.db.View(func(s *kdb.Snapshot) error {
+		names, err := s.Indexes()
+		if err != nil {
+			return err
+		}
+		paused := false
+		pause := func() {
+			if !paused {
+				paused = true
+				close(h.started)
+				<-h.resume
+			}
+		}
+		for i, idx := range names {
+			m := map[string][]byte{}
+			it := s.Iter(idx)
+			for ok := it.First(); ok; ok = it.Next() {
+				m[string(it.Key())] = bytes.Clone(it.Value())
+				if i == len(names)/2 && len(m) == 1 {
+					pause()
+				}
+			}
+			if err := it.Err(); err != nil {
+				return fmt.Errorf("index %q: %w", idx, err)
+			}
+			if len(m) > 0 {
+				h.got[idx] = m
+			}
+		}
+		pause()
+		return nil
+	})
+}
+
+// wait waits for the View (resuming it if the workload was shorter than to)
+// and compares what it read with want.
+func (h *heldView) wait(want dbtest.State) error {
+	if !h.began {
+		return nil
+	}
+	if !h.resumedYet {
+		close(h.resume)
+	}
+	if err := <-h.done; err != nil {
+		return err
+	}
+	if d := h.got.Diff(want); d != "" {
+		return fmt.Errorf("read a state other than its snapshot's: %s", d)
+	}
+	return nil
 }

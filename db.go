@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kdb-project/kdb/index"
@@ -26,7 +27,8 @@ import (
 // one index Update, and only then answers the writers. Readers see a change
 // only once it is durable.
 //
-// Lock order: writeMu → DB.mu → (journal, index and page file locks). No
+// Lock order: writeMu → DB.mu → (journal, index and page file locks);
+// views.mu (the View registry, lifecycle.go) is a leaf. No
 // DB lock is held across an fsync except writeMu, which a writer holds while
 // it waits for its own commit.
 //
@@ -52,9 +54,12 @@ type DB struct {
 	// writeMu: Write holds it shared while its batch commits; Update holds
 	// it exclusively, so an Update's reads and writes are serializable.
 	writeMu sync.RWMutex
-	// gcMu: reads of values kept in the journal hold it shared; journal GC
-	// holds it while it removes segments.
-	gcMu sync.RWMutex
+	// updater is the ID of the goroutine running an Update's function, 0
+	// if none: see lifecycle.go.
+	updater atomic.Uint64
+	// views registers the running Views, for Close and journal GC: see
+	// lifecycle.go.
+	views viewRegistry
 	// ckMu serializes checkpoints.
 	ckMu sync.Mutex
 
@@ -399,8 +404,18 @@ func (db *DB) Dir() string { return db.dir }
 // Close waits for writes in progress, takes a final checkpoint (unless the
 // handle failed, is read-only, or Options.NoCheckpointOnClose), and closes
 // the files. On return everything acknowledged is durable.
+//
+// Views that begin after Close began get ErrClosed. Close waits for the
+// running ones up to Options.CloseWait (counted from its call); those still
+// running then get ErrClosed from their next Snapshot or Iter call, and the
+// page file they read stays mapped until the last of them returns: Close
+// never unmaps memory under a running View. Called inside an Update's
+// function, Close returns ErrInvalid at once.
 func (db *DB) Close() error {
-	db.writeMu.Lock()
+	deadline := time.Now().Add(db.opts.CloseWait)
+	if err := db.lockWrite("Close"); err != nil {
+		return err
+	}
 	db.mu.Lock()
 	if db.mu.closed {
 		db.mu.Unlock()
@@ -411,6 +426,7 @@ func (db *DB) Close() error {
 	failed := db.mu.err
 	db.mu.ckDone.Broadcast()
 	db.mu.Unlock()
+	db.stopViews()
 	db.writeMu.Unlock()
 
 	close(db.quit)
@@ -421,7 +437,17 @@ func (db *DB) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, db.j.Close(), db.pf.Close())
+	lingering := db.closeViews(deadline, func() {
+		if err := db.pf.Close(); err != nil {
+			db.opts.Logger.Error("kdb: close db.data after the last View", "err", err)
+		}
+	})
+	errs = append(errs, db.j.Close())
+	if !lingering {
+		errs = append(errs, db.pf.Close())
+	} else {
+		db.opts.Logger.Warn("kdb: Close: Views still running after CloseWait get ErrClosed; db.data is closed when the last returns", "wait", db.opts.CloseWait)
+	}
 	db.unlock()
 	if failed != nil {
 		errs = append(errs, failed)
@@ -466,7 +492,9 @@ func (db *DB) Err() error {
 
 // Write applies the batch atomically. On return (nil) it is durable under
 // the sync mode (SyncAlways: on disk) and visible to readers. Concurrent
-// Writes share one journal write and one fsync.
+// Writes share one journal write and one fsync. Called inside an Update's
+// function (which holds the write lock), Write returns ErrInvalid at once:
+// use the Txn there.
 func (db *DB) Write(b *Batch) error {
 	if b.err != nil {
 		return b.err
@@ -474,7 +502,9 @@ func (db *DB) Write(b *Batch) error {
 	if len(b.ops) == 0 {
 		return nil
 	}
-	db.writeMu.RLock()
+	if err := db.rlockWrite("Write"); err != nil {
+		return err
+	}
 	defer db.writeMu.RUnlock()
 	return db.commit(b.ops)
 }

@@ -108,6 +108,12 @@ type Options struct {
 	// or to have the next crash cheap from the moment Open returns.
 	// Default: false.
 	CheckpointBeforeServing bool
+	// CloseWait bounds how long Close waits for the Views (Get, View,
+	// Export, broker reads) running when it is called. Views that outlast
+	// it get ErrClosed from their next Snapshot or Iter call; the memory
+	// they read stays mapped until the last of them returns, so nothing
+	// faults. Negative: do not wait. Default: 10 s.
+	CloseWait time.Duration
 }
 
 // Limits on what callers pass in.
@@ -152,6 +158,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.CommitGroupOps == 0 {
 		r.CommitGroupOps = 1024
+	}
+	if r.CloseWait == 0 {
+		r.CloseWait = 10 * time.Second
 	}
 	return r
 }

@@ -23,6 +23,12 @@ type Stats struct {
 	JournalRecords  int64
 	JournalSegments int    // segments on disk now
 	SegmentsRemoved uint64 // removed or archived by journal GC since Open
+	// GCPostponed counts the journal GCs that left segments they could
+	// otherwise remove because a running View may still read them; the
+	// first GC after that View ends removes them. Views is the number of
+	// Views running now (Get, View, Update, Export, broker reads).
+	GCPostponed uint64
+	Views       int
 
 	DirtyPages int // pages changed since the last checkpoint
 	// HeldPages is the number of page images held in memory for
@@ -62,6 +68,7 @@ func (db *DB) Stats() Stats {
 	s.PageCount = uint64(db.pf.PageCount())
 	s.Recovery = db.Recovery()
 	s.PinnedSegments, s.PinnedBytes = db.pinned()
+	s.Views = db.runningViews()
 	s.Compactions, s.CompactedValues = db.broker.compactions.Load(), db.broker.movedValues.Load()
 	return s
 }
