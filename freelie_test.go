@@ -1,0 +1,180 @@
+package kdb_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/internal/checksum"
+	"github.com/kdb-project/kdb/internal/vfs"
+)
+
+// forgeFreeFile rewrites dir's db.free as FORMAT.md §2 "db.free" lays it
+// out, keeping its store ID, checkpoint ID and page count (so Open trusts
+// it) but listing the pages [first, pageCount) as free: one range that
+// covers every data page, the live ones included.
+func forgeFreeFile(t *testing.T, fsys vfs.FS, dir string, first uint64) {
+	t.Helper()
+	name := filepath.Join(dir, "db.free")
+	b, err := vfs.ReadFile(fsys, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	le := binary.LittleEndian
+	pageCount := le.Uint64(b[48:])
+	out := make([]byte, 72+16)
+	copy(out[8:56], b[8:56]) // magic, version, store ID, checkpoint ID, page count
+	le.PutUint64(out[56:], 1)
+	le.PutUint64(out[64:], pageCount-first)
+	le.PutUint64(out[72:], first)
+	le.PutUint64(out[80:], pageCount-first)
+	le.PutUint64(out[0:], checksum.Sum64(out[8:]))
+	if err := vfs.WriteFileAtomic(fsys, name, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func lieValue(index string, i, gen int) []byte {
+	return fmt.Appendf(nil, "%s/%06d/gen%d/%s", index, i, gen, bytes.Repeat([]byte{byte('a' + i%26)}, i%300))
+}
+
+// waitProofDone waits until the background proof after a lie is done.
+func waitProofDone(t *testing.T, db *kdb.DB) kdb.Stats {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		st := db.Stats()
+		if st.FreeListHeld == 0 {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the background proof did not finish: %d pages held", st.FreeListHeld)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestDB_LyingFreeListLosesNothing: a db.free with a valid checksum and the
+// right IDs that lists every page, live B-tree pages included, as free.
+// Reopened, 10,000 keys are written over several checkpoints; reopened
+// again, every key written before and after reads back exactly and Check
+// passes. The lie is counted, logged and in the recovery report.
+func TestDB_LyingFreeListLosesNothing(t *testing.T) {
+	dir := t.TempDir()
+	o := kdb.Options{CheckpointInterval: -1, CheckpointBytes: 1 << 40, CheckpointDirtyPages: 1 << 20}
+	db, err := kdb.Open(dir, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexes := []string{"a", "b", "c"}
+	want := map[string]map[int][]byte{}
+	put := func(db *kdb.DB, from, to, gen int) {
+		t.Helper()
+		for i := from; i < to; i += 50 {
+			var b kdb.Batch
+			for j := i; j < min(i+50, to); j++ {
+				ix := indexes[j%len(indexes)]
+				v := lieValue(ix, j, gen)
+				b.Put(ix, fmt.Appendf(nil, "k%06d", j), v)
+				if want[ix] == nil {
+					want[ix] = map[int][]byte{}
+				}
+				want[ix][j] = v
+			}
+			if err := db.Write(&b); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	verify := func(db *kdb.DB, what string) {
+		t.Helper()
+		for _, ix := range indexes {
+			for j, v := range want[ix] {
+				got, err := db.Get(ix, fmt.Appendf(nil, "k%06d", j))
+				if err != nil || !bytes.Equal(got, v) {
+					t.Fatalf("%s: %s k%06d = %.40q, %v; want %.40q", what, ix, j, got, err, v)
+				}
+			}
+		}
+		if _, err := db.Check(); err != nil {
+			t.Fatalf("%s: check: %v", what, err)
+		}
+	}
+	put(db, 0, 6000, 0)
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	put(db, 0, 2000, 1) // some pages freed and stamped
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	forgeFreeFile(t, vfs.OS, dir, 3)
+	logs := &lockedWriter{w: new(bytes.Buffer)}
+	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	db, err = kdb.Open(dir, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := db.Recovery(); r.FreeListPath != "trusted" || r.FreeListLied {
+		t.Fatalf("recovery before any write %+v", r)
+	}
+	for gen := 2; gen < 6; gen++ {
+		put(db, (gen-2)*2500, (gen-1)*2500, gen) // 10,000 keys, overwrites and new ones
+		if err := db.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := waitProofDone(t, db)
+	r := db.Recovery()
+	if st.FreeListLies == 0 || !r.FreeListLied || r.FreeListLiedPage < 3 || r.FreeListLies != st.FreeListLies || r.FreeListLieReason == "" {
+		t.Fatalf("lie not reported: stats lies %d, recovery %+v", st.FreeListLies, r)
+	}
+	if l := logs.String(); !bytes.Contains([]byte(l), []byte("listed a page in use")) {
+		t.Fatalf("lie not logged: %s", l)
+	}
+	verify(db, "after the lie")
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	o.Logger = nil
+	db, err = kdb.Open(dir, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	verify(db, "reopened")
+	put(db, 0, 3000, 7)
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	verify(db, "reopened and written")
+	if st := db.Stats(); st.FreeListLies != 0 || db.Recovery().FreeListLied {
+		t.Fatalf("honest list lied after reopen: %d", st.FreeListLies)
+	}
+}
+
+// lockedWriter serializes writes for a logger used by several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+func (l *lockedWriter) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.String()
+}
