@@ -39,7 +39,7 @@ type Stats struct {
 	FreeListProven uint64
 	FreeListLies   uint64
 	FreeListHeld   uint64
-	PageCount uint64 // pages in db.data, including the header and meta pages
+	PageCount      uint64 // pages in db.data, including the header and meta pages
 
 	// PinnedSegments and PinnedBytes are the journal segments wholly
 	// before the last checkpoint's replay position, kept only because a

@@ -420,4 +420,3 @@ func TestFreeList_RemoveOverlap(t *testing.T) {
 		t.Fatalf("not empty: %v", l.ranges())
 	}
 }
-
