@@ -31,6 +31,8 @@ type Stats struct {
 	// twice Options.CheckpointDirtyPages.
 	HeldPages int
 	FreePages uint64 // pages on the free list
+	PageCount uint64 // pages in db.data, including the header and meta pages
+
 	// FreeListProven counts the pages of the free list loaded from db.free
 	// that were proven free on disk before their first use; FreeListLies
 	// those that failed the proof (they were in use: never written, see
@@ -39,7 +41,6 @@ type Stats struct {
 	FreeListProven uint64
 	FreeListLies   uint64
 	FreeListHeld   uint64
-	PageCount      uint64 // pages in db.data, including the header and meta pages
 
 	// PinnedSegments and PinnedBytes are the journal segments wholly
 	// before the last checkpoint's replay position, kept only because a
