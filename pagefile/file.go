@@ -89,6 +89,7 @@ type File struct {
 	}
 
 	proving   bool           // the background proof runs; guarded by mu
+	proofDone sync.Cond      // broadcast when proving becomes false; L is &mu.RWMutex
 	proofWG   sync.WaitGroup // the background proof
 	proofStop atomic.Bool    // Close: stop the background proof
 }
@@ -189,6 +190,7 @@ func open(dir string, opts Options, noFreeList bool) (*File, *Report, error) {
 		rep:        &Report{},
 		noFreeList: noFreeList,
 	}
+	o.f.proofDone.L = &o.f.mu.RWMutex
 	if err := o.open(); err != nil {
 		o.f.closeFiles()
 		return nil, nil, err

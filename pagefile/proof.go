@@ -29,8 +29,8 @@ import (
 // them, so that a crash meanwhile makes the next Open rebuild the list by a
 // scan.
 
-// testProofGate, if set (tests only, before any File opens), runs before
-// each batch of the background proof.
+// testProofGate, if set (tests only, not in parallel, before any File
+// opens), runs before each batch of the background proof.
 var testProofGate func()
 
 // proveBatch is how many quarantined pages the background proof reads
@@ -256,6 +256,10 @@ func (f *File) proveQuarantine() {
 		f.mu.RLock()
 		if f.mu.closed || f.proofStop.Load() {
 			f.mu.RUnlock()
+			f.mu.Lock()
+			f.proving = false
+			f.proofDone.Broadcast()
+			f.mu.Unlock()
 			return
 		}
 		if q := f.mu.quarantine; q != nil {
@@ -293,6 +297,7 @@ func (f *File) proveQuarantine() {
 		done := f.mu.quarantine == nil || ioErr != nil
 		if done {
 			f.proving = false
+			f.proofDone.Broadcast()
 		}
 		f.unlockAndLog()
 		if ioErr != nil {
@@ -301,6 +306,18 @@ func (f *File) proveQuarantine() {
 		if done {
 			return
 		}
+	}
+}
+
+// WaitFreeListProof waits until the background proof that follows a lie
+// of the loaded free list has finished (at once if none runs), so that
+// FreeRanges is exact again: until then the quarantined pages are neither
+// on the free list nor known to be in use.
+func (f *File) WaitFreeListProof() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for f.proving {
+		f.proofDone.Wait()
 	}
 }
 

@@ -226,7 +226,21 @@ func TestFile_ProofQuarantineRemovesFreeFile(t *testing.T) {
 					t.Fatalf("%s exists (%v) after a checkpoint with the list in quarantine", n, err)
 				}
 			}
+			waited := make(chan struct{})
+			go func() {
+				f.WaitFreeListProof()
+				close(waited)
+			}()
+			select {
+			case <-waited:
+				t.Fatal("WaitFreeListProof returned while the proof was held")
+			case <-time.After(20 * time.Millisecond):
+			}
 			close(release)
+			<-waited
+			if p := f.FreeListProof(); p.Quarantined != 0 || p.Lies != 2 || p.Proven != 10 {
+				t.Fatalf("proof after WaitFreeListProof %+v", p)
+			}
 			if err := f.Close(); err != nil {
 				t.Fatal(err)
 			}
