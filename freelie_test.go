@@ -165,3 +165,73 @@ func (l *lockedWriter) String() string {
 	defer l.mu.Unlock()
 	return l.w.String()
 }
+
+// TestDB_LyingFreeListFoundByReplay: the lie is found while recovery
+// replays the journal; the report Open logs and returns already says so,
+// and the checkpoint recovery asks for replaces the lying db.free.
+func TestDB_LyingFreeListFoundByReplay(t *testing.T) {
+	dir := t.TempDir()
+	o := kdb.Options{CheckpointInterval: -1, CheckpointBytes: 1 << 40, CheckpointDirtyPages: 1 << 20}
+	crash := o
+	crash.NoCheckpointOnClose = true // the last 1,000 puts are only in the journal
+	db, err := kdb.Open(dir, &crash)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3000; i += 100 {
+		if i == 2000 {
+			if err := db.Checkpoint(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var b kdb.Batch
+		for j := i; j < i+100; j++ {
+			b.Put("t", fmt.Appendf(nil, "k%05d", j), lieValue("t", j, 0))
+		}
+		if err := db.Write(&b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	forgeFreeFile(t, vfs.OS, dir, 3)
+	logs := &lockedWriter{w: new(bytes.Buffer)}
+	o.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	o.CheckpointBeforeServing = true
+	db, err = kdb.Open(dir, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := db.Recovery()
+	if r.RecordsReplayed == 0 || !r.FreeListLied || r.FreeListLiedPage < 3 {
+		t.Fatalf("recovery %+v", r)
+	}
+	if l := logs.String(); !bytes.Contains([]byte(l), []byte("free_list_lied=true")) {
+		t.Fatalf("recovery log: %s", l)
+	}
+	for i := range 3000 {
+		got, err := db.Get("t", fmt.Appendf(nil, "k%05d", i))
+		if err != nil || !bytes.Equal(got, lieValue("t", i, 0)) {
+			t.Fatalf("k%05d = %.40q, %v", i, got, err)
+		}
+	}
+	if _, err := db.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	o.Logger = nil
+	db, err = kdb.Open(dir, &o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if r := db.Recovery(); r.FreeListLied {
+		t.Fatalf("lied again after the recovery checkpoint: %+v", r)
+	}
+	if _, err := db.Check(); err != nil {
+		t.Fatal(err)
+	}
+}

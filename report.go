@@ -83,6 +83,10 @@ func newRecoveryReport(r *recovery.Report) RecoveryReport {
 	if r.Journal.TornBytesTruncated > 0 {
 		out.TornAt = r.Journal.TornAt.String()
 	}
+	if p := r.FreeListProof; p.Lies > 0 {
+		out.FreeListLied, out.FreeListLies = true, p.Lies
+		out.FreeListLiedPage, out.FreeListLieReason = uint64(p.FirstLie), p.LieReason
+	}
 	for _, d := range r.Journal.Skipped {
 		out.Skipped = append(out.Skipped, d.From.String()+".."+d.To.String()+": "+d.Reason)
 	}
