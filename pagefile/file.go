@@ -19,8 +19,12 @@ import (
 //
 // Invariants:
 //   - Every page in [FirstDataPage, mu.pageCount) is exactly one of: free
-//     (on mu.free), allocated and not yet written (in mu.unwritten), or
-//     written (in mu.dirty, or clean on disk).
+//     (on mu.free), allocated and not yet written (in mu.unwritten),
+//     written (in mu.dirty, or clean on disk), or quarantined (in
+//     mu.quarantine: a loaded free page not yet proven after the loaded
+//     list lied, free or in use on disk; proof.go).
+//   - mu.unproven is a subset of mu.free: loaded pages are proven free on
+//     disk before they are handed out, written or freed.
 //   - A page that is free and not yet checkpointed as free has a free stamp
 //     in mu.dirty, so that the next checkpoint writes it with PageFree.
 //   - mu.dirty entries are never mutated: Write stores a fresh copy, so a
