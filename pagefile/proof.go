@@ -151,7 +151,11 @@ func (f *File) lieLocked(id PageID, err error) {
 	if f.mu.proof.FirstLie == 0 {
 		f.mu.proof.FirstLie, f.mu.proof.LieReason = id, err.Error()
 	}
-	f.mu.lieLog = append(f.mu.lieLog, lieEvent{id: id, err: err})
+	if f.mu.proof.Lies == 1 {
+		// The first lie is logged in full; the background proof logs
+		// the count when it is done.
+		f.mu.lieLog = append(f.mu.lieLog, lieEvent{id: id, err: err})
+	}
 	if f.mu.quarantine != nil && f.mu.quarantine.contains(id) {
 		f.dequarantineLocked(id)
 		return
@@ -295,11 +299,16 @@ func (f *File) proveQuarantine() {
 			f.mu.proof.Proven++
 		}
 		done := f.mu.quarantine == nil || ioErr != nil
+		p := f.mu.proof
 		if done {
 			f.proving = false
 			f.proofDone.Broadcast()
 		}
 		f.unlockAndLog()
+		if done && ioErr == nil {
+			f.opts.Logger.Warn("pagefile: the free list is rebuilt: the pages set aside after its lie are proven",
+				"lies", p.Lies, "proven", p.Proven, "first_lie", uint64(p.FirstLie))
+		}
 		if ioErr != nil {
 			f.opts.Logger.Error("pagefile: the background proof of the free list stopped; the next Open rebuilds it by a scan", "err", ioErr)
 		}
