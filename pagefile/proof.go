@@ -193,8 +193,8 @@ func (f *File) lieLocked(id PageID, err error) {
 // lied about it (lieLocked) and id leaves the free list; if it is stamped
 // free, it stays free and the caller refuses the change as for any free
 // page. If it is quarantined, it is in use (the list lied about it too)
-// and leaves the quarantine. An
-// I/O error is returned with nothing changed.
+// and leaves the quarantine. An I/O error is returned with nothing
+// changed.
 //
 // The caller must hold f.mu for writing.
 func (f *File) claimLocked(id PageID) error {
