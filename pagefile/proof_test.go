@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdb-project/kdb/internal/kdbtest"
 	"github.com/kdb-project/kdb/internal/vfs"
 )
 
@@ -432,5 +433,91 @@ func TestFreeList_RemoveOverlap(t *testing.T) {
 	l.remove(Range{0, 100})
 	if l.count() != 0 || l.t.Len() != 0 {
 		t.Fatalf("not empty: %v", l.ranges())
+	}
+}
+
+// TestFile_ProofCrashWhileQuarantined crashes, at every mutating operation,
+// a session whose loaded list lied: two checkpoints taken while the rest of
+// the list waits for the background proof (each removes db.free and
+// db.free.prev instead of writing them). Every image reopens with every
+// live page intact: on the lying list again (only if no checkpoint of the
+// session is durable; its proof catches the lie again) or by a scan.
+func TestFile_ProofCrashWhileQuarantined(t *testing.T) {
+	base := vfs.NewMem()
+	live := proofStore(t, base, "/db")
+	lieFreeFile(t, base, "/db", Range{4, 2})
+	in, err := Inspect(base, "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	baseID := in.Meta.ID
+	defer func() { testProofGate = nil }()
+	paths := map[string]int{}
+	for k := 1; ; k++ {
+		release := make(chan struct{})
+		testProofGate = func() { <-release }
+		cr := kdbtest.CrashAt(base.Clone(), k, vfs.CrashOptions{KeepUnsynced: 0.5, Seed: int64(k)})
+		f, _, err := Open("/db", Options{FS: cr.FS()})
+		if err != nil {
+			close(release)
+			t.Fatalf("k=%d: open before the crash: %v", k, err)
+		}
+		werr := func() error {
+			for round := 0; round < 2; round++ {
+				for i := 0; i < 3; i++ {
+					id, err := f.Allocate()
+					if err != nil {
+						return err
+					}
+					if live[id] != nil {
+						t.Fatalf("k=%d: live %v allocated", k, id)
+					}
+					if err := f.Write(id, testType+1, payloadFor(id, 9, 30)); err != nil {
+						return err
+					}
+				}
+				if err := f.Checkpoint(MetaUpdate{Root: 3}); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+		close(release)
+		_ = f.Close()
+		testProofGate = nil
+		img := cr.Image()
+
+		g, rep, err := Open("/db", Options{FS: img})
+		if err != nil {
+			t.Fatalf("k=%d: reopen: %v", k, err)
+		}
+		if rep.FreeListPath == FreeListTrusted && rep.MetaID != baseID {
+			t.Fatalf("k=%d: trusted a free list at %v, after the session's first checkpoint", k, rep.MetaID)
+		}
+		paths[rep.FreeListPath]++
+		checkLive(t, g, live)
+		for i := 0; i < 20; i++ {
+			id, err := g.Allocate()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if live[id] != nil {
+				t.Fatalf("k=%d: reopened (%s): live %v allocated", k, rep.FreeListPath, id)
+			}
+			if err := g.Write(id, testType+2, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := g.Checkpoint(MetaUpdate{Root: 3}); err != nil {
+			t.Fatal(err)
+		}
+		checkLive(t, g, live)
+		_ = g.Close()
+		if werr == nil && !cr.Crashed() {
+			if paths[FreeListTrusted] == 0 || paths[FreeListScanned] == 0 {
+				t.Fatalf("free-list paths of the reopens: %v", paths)
+			}
+			break
+		}
 	}
 }
