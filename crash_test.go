@@ -39,7 +39,7 @@ var campaignSettings = []vfs.CrashOptions{
 }
 
 type campaignCounts struct {
-	points, lost, failedOpens, checkFailures, scanWithoutReason, idMismatch, second, trusted, lies atomic.Int64
+	points, lost, failedOpens, checkFailures, scanWithoutReason, idMismatch, second, trusted, lies, proven atomic.Int64
 }
 
 // verifyImage opens a crash image, requires its content to be the model
@@ -73,7 +73,9 @@ func verifyImage(img *vfs.MemFS, models []dbtest.State, step int, c *campaignCou
 		return fmt.Sprintf("check: %v", err)
 	}
 	r := db.Recovery()
-	if st := db.Stats(); st.FreeListLies != 0 || r.FreeListLied {
+	st := db.Stats()
+	c.proven.Add(int64(st.FreeListProven))
+	if st.FreeListLies != 0 || r.FreeListLied {
 		// A free list a checkpoint wrote never fails its proof.
 		c.lies.Add(1)
 		return fmt.Sprintf("free list lied: %d pages, first page %d: %s", st.FreeListLies, r.FreeListLiedPage, r.FreeListLieReason)
@@ -161,8 +163,8 @@ func TestDB_CrashCampaign(t *testing.T) {
 	for seed := 1; seed <= seeds; seed++ {
 		runCampaign(t, uint64(seed), steps, &c)
 	}
-	t.Logf("crash-points=%d acknowledged-lost=%d failed-opens=%d check-failures=%d free-list-lies=%d (second crashes during recovery: %d; free list trusted at %d points; %d seeds x %d steps)",
-		c.points.Load(), c.lost.Load(), c.failedOpens.Load(), c.checkFailures.Load(), c.lies.Load(), c.second.Load(), c.trusted.Load(), seeds, steps)
+	t.Logf("crash-points=%d acknowledged-lost=%d failed-opens=%d check-failures=%d free-list-lies=%d (loaded free pages proven: %d; second crashes during recovery: %d; free list trusted at %d points; %d seeds x %d steps)",
+		c.points.Load(), c.lost.Load(), c.failedOpens.Load(), c.checkFailures.Load(), c.lies.Load(), c.proven.Load(), c.second.Load(), c.trusted.Load(), seeds, steps)
 	if c.lost.Load()+c.failedOpens.Load()+c.checkFailures.Load()+c.scanWithoutReason.Load()+c.idMismatch.Load()+c.lies.Load() != 0 {
 		t.Fatal("the crash campaign found problems")
 	}
