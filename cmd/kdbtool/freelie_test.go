@@ -141,4 +141,11 @@ func TestFreeListLie_Recover(t *testing.T) {
 	if code != exitOK || strings.Contains(out, "LIED") {
 		t.Fatalf("second recover: exit %d\n%s", code, out)
 	}
+
+	dir = makeStore(t, 500)
+	lieFreeFile(t, dir)
+	code, out, _ = runTool(t, "recover", dir)
+	if code != exitOK || !strings.Contains(out, "free list LIED: ") || !strings.Contains(out, "none was written") {
+		t.Fatalf("recover (text): exit %d\n%s", code, out)
+	}
 }
