@@ -20,10 +20,10 @@
 // plain integers.
 //
 // Concurrency: Read, PageSize, PayloadSize, PageCount, Meta, FreeCount,
-// FreeRanges, DirtyCount and Err are safe for concurrent use with each other
-// and with everything else. Mutations (Write, Allocate, AllocateRun, Free,
-// PrepareCheckpoint) must be serialized by the caller (one mutator at a
-// time). CommitCheckpoint needs no caller lock and may run concurrently with
+// FreeRanges, DirtyCount, FreeListProof, WaitFreeListProof and Err are safe
+// for concurrent use with each other and with everything else. Mutations
+// (Write, Allocate, AllocateRun, Free, PrepareCheckpoint) must be
+// serialized by the caller (one mutator at a time). CommitCheckpoint needs no caller lock and may run concurrently with
 // reads and mutations; only one CommitCheckpoint runs at a time.
 //
 // The on-disk format is specified in docs/FORMAT.md §2 "Page file"; the
