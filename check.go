@@ -40,6 +40,10 @@ func (db *DB) CheckProgress(progress func(phase string, done uint64)) (*CheckRep
 	if progress != nil {
 		pagesFn = func(n uint64) { progress("index pages", n) }
 	}
+	// After a lie of the loaded free list, pages set aside wait for the
+	// background proof: neither free nor known in use, they would look
+	// leaked.
+	db.pf.WaitFreeListProof()
 	irep, err := db.ix.CheckProgress(pagesFn)
 	if err != nil {
 		return nil, wrapErr(err)

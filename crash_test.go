@@ -40,7 +40,7 @@ var campaignSettings = []vfs.CrashOptions{
 }
 
 type campaignCounts struct {
-	points, lost, failedOpens, checkFailures, scanWithoutReason, idMismatch, second, trusted atomic.Int64
+	points, lost, failedOpens, checkFailures, scanWithoutReason, idMismatch, second, trusted, lies, proven atomic.Int64
 }
 
 // verifyImage opens a crash image, requires its content to be the model
@@ -74,6 +74,13 @@ func verifyImage(img *vfs.MemFS, models []dbtest.State, step int, c *campaignCou
 		return fmt.Sprintf("check: %v", err)
 	}
 	r := db.Recovery()
+	st := db.Stats()
+	c.proven.Add(int64(st.FreeListProven))
+	if st.FreeListLies != 0 || r.FreeListLied {
+		// A free list a checkpoint wrote never fails its proof.
+		c.lies.Add(1)
+		return fmt.Sprintf("free list lied: %d pages, first page %d: %s", st.FreeListLies, r.FreeListLiedPage, r.FreeListLieReason)
+	}
 	if r.FreeListPath == "scanned" && r.Reason == "" {
 		c.scanWithoutReason.Add(1)
 		return "free list scanned without a reason"
@@ -158,9 +165,9 @@ func TestDB_CrashCampaign(t *testing.T) {
 	for seed := 1; seed <= seeds; seed++ {
 		runCampaign(t, uint64(seed), steps, &c)
 	}
-	t.Logf("crash-points=%d acknowledged-lost=%d failed-opens=%d check-failures=%d (second crashes during recovery: %d; free list trusted at %d points; %d seeds x %d steps)",
-		c.points.Load(), c.lost.Load(), c.failedOpens.Load(), c.checkFailures.Load(), c.second.Load(), c.trusted.Load(), seeds, steps)
-	if c.lost.Load()+c.failedOpens.Load()+c.checkFailures.Load()+c.scanWithoutReason.Load()+c.idMismatch.Load() != 0 {
+	t.Logf("crash-points=%d acknowledged-lost=%d failed-opens=%d check-failures=%d free-list-lies=%d (loaded free pages proven: %d; second crashes during recovery: %d; free list trusted at %d points; %d seeds x %d steps)",
+		c.points.Load(), c.lost.Load(), c.failedOpens.Load(), c.checkFailures.Load(), c.lies.Load(), c.proven.Load(), c.second.Load(), c.trusted.Load(), seeds, steps)
+	if c.lost.Load()+c.failedOpens.Load()+c.checkFailures.Load()+c.scanWithoutReason.Load()+c.idMismatch.Load()+c.lies.Load() != 0 {
 		t.Fatal("the crash campaign found problems")
 	}
 	if c.points.Load() < int64(steps) {
@@ -225,6 +232,9 @@ func runCampaign(t *testing.T, seed uint64, n int, c *campaignCounts) {
 		t.Fatalf("the View held from step %d to %d: %v", n/3, 2*n/3, err)
 	}
 	st := db.Stats()
+	if st.FreeListLies != 0 {
+		t.Errorf("seed %d: the free list lied %d times in a normal run", seed, st.FreeListLies)
+	}
 	t.Logf("seed %d: %d journal bytes, %d segments now, %d removed by GC (%d GCs postponed for the held View), %d checkpoints, %d pages", seed, st.JournalBytes, st.JournalSegments, st.SegmentsRemoved, st.GCPostponed, st.Checkpoints, st.PageCount)
 	if err := db.Close(); err != nil {
 		t.Fatal(err)

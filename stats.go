@@ -39,6 +39,15 @@ type Stats struct {
 	FreePages uint64 // pages on the free list
 	PageCount uint64 // pages in db.data, including the header and meta pages
 
+	// FreeListProven counts the pages of the free list loaded from db.free
+	// that were proven free on disk before their first use; FreeListLies
+	// those that failed the proof (they were in use: never written, see
+	// RecoveryReport.FreeListLied); FreeListHeld the loaded pages held out
+	// of allocation until the background proof after a lie gets to them.
+	FreeListProven uint64
+	FreeListLies   uint64
+	FreeListHeld   uint64
+
 	// PinnedSegments and PinnedBytes are the journal segments wholly
 	// before the last checkpoint's replay position, kept only because a
 	// live value (a message body never acked, for instance) is in them or
@@ -65,6 +74,8 @@ func (db *DB) Stats() Stats {
 	s.DirtyPages = db.pf.DirtyCount()
 	s.HeldPages = db.pf.HeldPages()
 	s.FreePages = db.pf.FreeCount()
+	p := db.pf.FreeListProof()
+	s.FreeListProven, s.FreeListLies, s.FreeListHeld = p.Proven, p.Lies, p.Quarantined
 	s.PageCount = uint64(db.pf.PageCount())
 	s.Recovery = db.Recovery()
 	s.PinnedSegments, s.PinnedBytes = db.pinned()
@@ -79,5 +90,9 @@ func (db *DB) Recovery() RecoveryReport {
 	defer db.mu.Unlock()
 	r := db.mu.recovery
 	r.Skipped = append([]string(nil), r.Skipped...)
+	if p := db.pf.FreeListProof(); p.Lies > 0 {
+		r.FreeListLied, r.FreeListLies = true, p.Lies
+		r.FreeListLiedPage, r.FreeListLieReason = uint64(p.FirstLie), p.LieReason
+	}
 	return r
 }

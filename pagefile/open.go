@@ -103,6 +103,10 @@ func (o *opener) open() error {
 		}
 	} else if rep.FreeListPath == "" {
 		rep.FreeListPath = FreeListTrusted
+		// Trusted, but proven page by page before use (proof.go).
+		if f.mu.free.count() > 0 {
+			f.mu.unproven = f.mu.free.clone()
+		}
 	}
 	rep.FreeListDuration = time.Since(t)
 	rep.FreePages = f.mu.free.count()

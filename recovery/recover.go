@@ -137,8 +137,10 @@ func Run(dir string, o Options) (*State, *Report, error) {
 	}
 	rep.ReplayDuration = time.Since(t)
 
+	rep.FreeListProof = pf.FreeListProof()
 	rep.NeedsCheckpoint = !o.PageFile.ReadOnly && (rep.RecordsReplayed > 0 || rep.PageFile.RedoApplied ||
-		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0)
+		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0 ||
+		rep.FreeListProof.Lies > 0)
 	rep.TotalDuration = time.Since(start)
 	return st, rep, nil
 }

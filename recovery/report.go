@@ -24,9 +24,15 @@ type Report struct {
 	// (and their payload bytes).
 	RecordsReplayed int64
 	BytesReplayed   int64
+	// FreeListProof is the proof of a free list loaded from db.free as of
+	// the end of replay: a Lies count above 0 means the trusted list listed
+	// pages in use (none was written; pagefile.File.FreeListProof).
+	FreeListProof pagefile.FreeListProof
 	// NeedsCheckpoint says the caller should checkpoint soon, so that the
 	// next crash is cheap: records were replayed, db.redo applied, the free
-	// list rebuilt or a torn journal tail cut. Never set when read-only.
+	// list rebuilt, a lie of the loaded free list found (the checkpoint
+	// replaces the lying db.free) or a torn journal tail cut. Never set
+	// when read-only.
 	NeedsCheckpoint bool
 
 	PageFileDuration time.Duration // pagefile.Open: meta, redo, free list

@@ -87,6 +87,14 @@ type freeListOut struct {
 	TrustedFile string        `json:"trusted_file"`
 	Reason      string        `json:"reason,omitempty"`
 	Files       []freeFileOut `json:"files"`
+	// LiedPages counts the pages the trusted file lists as free that are
+	// not stamped free in db.data (in use: reachable, or at least written
+	// since they were freed); FirstLiedPage is the first, LieReason what
+	// it holds. Open would trust such a list and set it aside at the
+	// first such page it is about to use (writing none of them).
+	LiedPages     uint64 `json:"lied_pages"`
+	FirstLiedPage uint64 `json:"first_lied_page,omitempty"`
+	LieReason     string `json:"lie_reason,omitempty"`
 }
 
 type redoOut struct {
@@ -238,6 +246,10 @@ func inspectStore(dir string) (*inspectOut, error) {
 			fl.MatchesMeta, fl.FreePages, fl.Ranges = fo.MatchesMeta, fo.FreePages, fo.Ranges
 		}
 	}
+	fl.LiedPages, fl.FirstLiedPage, fl.LieReason = in.Lies, uint64(in.FirstLie), in.LieReason
+	if in.Lies > 0 {
+		out.Problems = append(out.Problems, problem{"error", "free_list", freeListLie(in)})
+	}
 	if in.TrustedFile == "" {
 		out.Problems = append(out.Problems, problem{"warning", "free_list",
 			"no free-list file matches the meta; Open would scan every page: " + in.Reason})
@@ -270,6 +282,13 @@ func inspectStore(dir string) (*inspectOut, error) {
 		out.Problems = append(out.Problems, problem{"error", "store", out.Store.Error})
 	}
 	return out, nil
+}
+
+// freeListLie describes a trusted free-list file that lists pages in use,
+// and what fixes it.
+func freeListLie(in *pagefile.Inspection) string {
+	return fmt.Sprintf("%s lists %d pages in use as free (first %v: %s); Open would trust it, prove each page before use and set the list aside at the first lie, writing none of them; rebuild it: kdbtool recover --force-scan, or kdbtool repair --apply",
+		in.TrustedFile, in.Lies, in.FirstLie, in.LieReason)
 }
 
 // inspectJournal opens the journal read-only. With m from db.data it
@@ -386,7 +405,11 @@ func printInspect(w io.Writer, o *inspectOut) {
 		}
 	}
 	if o.FreeList.TrustedFile != "" {
-		fmt.Fprintf(w, "free list: Open would trust %s\n", o.FreeList.TrustedFile)
+		fmt.Fprintf(w, "free list: Open would trust %s", o.FreeList.TrustedFile)
+		if o.FreeList.LiedPages > 0 {
+			fmt.Fprintf(w, ", which LIES: %d listed pages are in use (first page %d)", o.FreeList.LiedPages, o.FreeList.FirstLiedPage)
+		}
+		fmt.Fprintf(w, "\n")
 	} else {
 		fmt.Fprintf(w, "free list: Open would scan every page (%s)\n", o.FreeList.Reason)
 	}

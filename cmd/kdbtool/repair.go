@@ -118,9 +118,13 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		return nil, ioErr
 	}
 	out := &repairOut{Dir: dir, Apply: apply, Problems: chk.Problems, Actions: []repairAction{}, Unfixable: []string{}, Saved: []string{}}
-	if in.raw.TrustedFile != "db.free" {
+	if in.raw.TrustedFile != "db.free" || in.raw.Lies > 0 {
 		why := in.raw.Reason
-		if in.raw.TrustedFile != "" {
+		switch {
+		case in.raw.Lies > 0:
+			why = fmt.Sprintf("%s lists %d pages in use as free, the first %v; kdbtool recover --force-scan does the same",
+				in.raw.TrustedFile, in.raw.Lies, in.raw.FirstLie)
+		case in.raw.TrustedFile != "":
 			why = "db.free does not match the meta; " + in.raw.TrustedFile + " does"
 		}
 		out.Actions = append(out.Actions, repairAction{actRebuildFreeList,
@@ -275,7 +279,7 @@ func carryOut(dir string, out *repairOut, lastSeg string, pageSize int, fsys vfs
 	if ioErr != nil {
 		return out, ioErr
 	}
-	out.After = &repairAfterOut{OK: chk2.OK && after.FreeList.MatchesMeta, Problems: chk2.Problems,
+	out.After = &repairAfterOut{OK: chk2.OK && after.FreeList.MatchesMeta && after.FreeList.LiedPages == 0, Problems: chk2.Problems,
 		FreeListMatchesMeta: after.FreeList.MatchesMeta, FreeListFreePages: after.FreeList.FreePages}
 	out.OK = out.After.OK
 	return out, nil
