@@ -22,7 +22,9 @@ type Options struct {
 	// An error aborts recovery. Records are applied in chunks, one index
 	// Update each, and a chunk may end inside a journal batch: state that
 	// Apply keeps between the records of one batch must live in the
-	// caller's closure. No chunk is ever applied twice.
+	// caller's closure. No chunk is ever applied twice. Apply runs while
+	// the journal is still being opened (journal.Options.Deliver): if Run
+	// fails, what it applied is discarded with the page file.
 	Apply func(tx *index.Tx, loc journal.Location, r journal.Record) error
 	// ReplayFrom converts the checkpoint's meta into the location of the
 	// last record it covers (zero: none).
@@ -60,8 +62,9 @@ func (s *State) Close() error {
 
 // Run opens the store in dir: the page file (newest intact meta, db.redo,
 // the free list trusted or rebuilt), the index, the journal (verified from
-// the replay position, torn tail truncated), then replays the journal after
-// the checkpoint's replay position. It does not checkpoint: the caller
+// the replay position, torn tail truncated), replaying the journal after
+// the checkpoint's replay position during the journal's own verifying pass
+// (each record is read once). It does not checkpoint: the caller
 // starts serving and checkpoints in the background when
 // Report.NeedsCheckpoint says so (the store is consistent and durable
 // without it; the checkpoint only makes the next crash cheap). On error
@@ -102,30 +105,47 @@ func Run(dir string, o Options) (*State, *Report, error) {
 
 	// The journal is verified from the replay position on; the segments
 	// before it hold only values the index still points to, and each is
-	// verified when read (or by journal.Verify, which DB.Check runs).
+	// verified when read (or by journal.Verify, which DB.Check runs). The
+	// records after the replay position are applied as the journal's Open
+	// verifies them. They stay in memory (index Updates are committed to
+	// the page file's dirty pages, which only a checkpoint writes): if the
+	// Open fails further on, fail discards them; if it succeeds, it has
+	// synced the tail it found before returning, so the records are
+	// durable before anything built from them is served or checkpointed.
 	from := o.ReplayFrom(pf.Meta())
+	rep.ReplayFrom = from
+	st.LastApplied = from
 	jo := o.Journal
 	jo.VerifyFrom = from
+	jo.Deliver = nil
+	var rp *replayer
+	if !o.NoReplay {
+		rp = &replayer{st: st, o: o, rep: rep}
+		jo.Deliver = rp.deliver
+	}
 	t = time.Now()
 	j, jrep, err := journal.Open(dir, jo)
-	rep.JournalDuration = time.Since(t)
+	if err == nil && rp != nil {
+		err = rp.flush()
+	}
+	elapsed := time.Since(t)
+	if rp != nil {
+		rep.ReplayDuration = rp.spent
+		elapsed -= rp.spent
+	}
+	rep.JournalDuration = elapsed
 	if jrep != nil {
 		rep.Journal = *jrep
 	}
-	if err != nil {
+	if j != nil {
+		st.Journal = j
+	}
+	switch {
+	case rp != nil && rp.err != nil:
+		return fail(rp.err) // Apply's error, passed back through the journal's Open
+	case err != nil:
 		return fail(fmt.Errorf("recovery: journal: %w", err))
 	}
-	st.Journal = j
-
-	t = time.Now()
-	rep.ReplayFrom = from
-	st.LastApplied = from
-	if !o.NoReplay {
-		if err := replay(st, o, rep, from); err != nil {
-			return fail(err)
-		}
-	}
-	rep.ReplayDuration = time.Since(t)
 
 	rep.NeedsCheckpoint = !o.PageFile.ReadOnly && (rep.RecordsReplayed > 0 || rep.PageFile.RedoApplied ||
 		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0)

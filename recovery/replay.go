@@ -1,67 +1,85 @@
 package recovery
 
 import (
-	"errors"
 	"fmt"
+	"time"
 
 	"github.com/kdb-project/kdb/index"
 	"github.com/kdb-project/kdb/journal"
 )
 
-// errChunkFull stops Iterate at a chunk boundary.
-var errChunkFull = errors.New("recovery: chunk full")
+// chunkBytes bounds the payload bytes a replay chunk holds (a single larger
+// record makes a chunk of its own).
+const chunkBytes = 4 << 20
 
-// replay applies the journal after from in chunks of o.ChunkRecords records:
-// each chunk is one index Update inside which the journal is iterated, so no
-// record outlives its application and memory stays bounded by the chunk's
-// dirty pages rather than by the journal's length. Iterate verifies a whole
-// journal batch before it delivers its first record, so a torn batch is never
-// half-applied; a chunk may end inside a batch, and the next chunk resumes
-// after the last record applied.
-func replay(st *State, o Options, rep *Report, from journal.Location) error {
-	skipFirst := !from.IsZero()
-	for {
-		var (
-			n, bytes int64
-			last     journal.Location
-			done     bool
-		)
-		err := st.Index.Update(func(tx *index.Tx) error {
-			err := st.Journal.Iterate(from, func(loc journal.Location, r journal.Record) error {
-				if skipFirst && !from.Less(loc) {
-					return nil // covered by the checkpoint, or by the last chunk
-				}
-				if n >= int64(o.ChunkRecords) {
-					return errChunkFull
-				}
-				if err := o.Apply(tx, loc, r); err != nil {
-					return fmt.Errorf("recovery: replay %s: %w", loc, err)
-				}
-				n++
-				bytes += int64(len(r.Payload))
-				last = loc
-				return nil
-			})
-			switch {
-			case err == nil:
-				done = true
-				return nil
-			case errors.Is(err, errChunkFull):
-				return nil
-			}
-			return err
-		})
-		if err != nil {
+// replayer applies the records the journal's Open delivers
+// (journal.Options.Deliver) during its own verifying pass, so the journal
+// to replay is read once. Records are gathered into chunks of at most
+// Options.ChunkRecords records and chunkBytes payload bytes, and each chunk
+// is applied in one index Update: memory stays bounded by a chunk and its
+// dirty pages rather than by the journal's length. The journal delivers a
+// batch only once its end frame verified, so a torn batch is never applied
+// even in part; a chunk may end inside a batch. Updates are in memory only:
+// nothing reaches the disk before a checkpoint, which the caller takes only
+// after Run returned, so if the journal's Open fails after some chunks were
+// applied, closing the page file discards them.
+type replayer struct {
+	st  *State
+	o   Options
+	rep *Report
+
+	recs  []chunkRec
+	buf   []byte        // the chunk's payloads, back to back
+	spent time.Duration // time spent applying chunks
+	err   error         // the first error applying a chunk
+}
+
+// chunkRec is a record of the chunk: its payload is buf[off:off+n].
+type chunkRec struct {
+	loc journal.Location
+	typ journal.RecordType
+	off int
+	n   int
+}
+
+// deliver copies a record the journal delivered into the chunk (its payload
+// is valid only during the call), applying the chunk first if it is full.
+func (p *replayer) deliver(loc journal.Location, r journal.Record) error {
+	if len(p.recs) >= p.o.ChunkRecords || len(p.recs) > 0 && len(p.buf)+len(r.Payload) > chunkBytes {
+		if err := p.flush(); err != nil {
 			return err
 		}
-		if n > 0 {
-			rep.RecordsReplayed += n
-			rep.BytesReplayed += bytes
-			st.LastApplied = last
-		}
-		if done {
-			return nil
-		}
-		from, skipFirst = last, true
 	}
+	p.recs = append(p.recs, chunkRec{loc: loc, typ: r.Type, off: len(p.buf), n: len(r.Payload)})
+	p.buf = append(p.buf, r.Payload...)
+	return nil
+}
+
+// flush applies the chunk in one index Update.
+func (p *replayer) flush() error {
+	if len(p.recs) == 0 {
+		return nil
+	}
+	t := time.Now()
+	defer func() { p.spent += time.Since(t) }()
+	var bytes int64
+	err := p.st.Index.Update(func(tx *index.Tx) error {
+		for _, c := range p.recs {
+			r := journal.Record{Type: c.typ, Payload: p.buf[c.off : c.off+c.n : c.off+c.n]}
+			if err := p.o.Apply(tx, c.loc, r); err != nil {
+				return fmt.Errorf("recovery: replay %s: %w", c.loc, err)
+			}
+			bytes += int64(c.n)
+		}
+		return nil
+	})
+	if err != nil {
+		p.err = err
+		return err
+	}
+	p.rep.RecordsReplayed += int64(len(p.recs))
+	p.rep.BytesReplayed += bytes
+	p.st.LastApplied = p.recs[len(p.recs)-1].loc
+	p.recs, p.buf = p.recs[:0], p.buf[:0]
+	return nil
 }
