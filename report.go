@@ -41,8 +41,8 @@ type RecoveryReport struct {
 
 	PageFileTime   time.Duration // meta, redo and free list
 	FreeListTime   time.Duration // of which the free list
-	JournalTime    time.Duration // journal open: segment scan and tail repair
-	ReplayTime     time.Duration
+	JournalTime    time.Duration // journal open: segment scan, verify and read what is replayed, tail repair
+	ReplayTime     time.Duration // applying the records replayed (during the journal's open)
 	CheckpointTime time.Duration // the background checkpoint, once done
 	TotalTime      time.Duration // Open's recovery, until it serves
 }

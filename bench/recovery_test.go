@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -46,6 +47,7 @@ func BenchmarkRecovery(b *testing.B) {
 				dir := BuildStore(b, sz.bytes)
 				var scanned, replayed, bytes float64
 				var replayTime, ckTime, pfTime, jTime time.Duration
+				var opens, journals, replays []time.Duration
 				b.ResetTimer()
 				for i := 0; i < b.N; i++ {
 					b.StopTimer()
@@ -54,11 +56,13 @@ func BenchmarkRecovery(b *testing.B) {
 						dropCaches(b)
 					}
 					b.StartTimer()
+					t := time.Now()
 					db, err := kdb.Open(dir, &kdb.Options{ForceFreeListScan: free == "scan"})
 					if err != nil {
 						b.Fatal(err)
 					}
 					b.StopTimer()
+					opens = append(opens, time.Since(t))
 					r := db.Recovery()
 					if (free == "trusted") != (r.FreeListPath == "trusted") {
 						b.Fatalf("free list path %q (%s)", r.FreeListPath, r.Reason)
@@ -72,6 +76,7 @@ func BenchmarkRecovery(b *testing.B) {
 					replayTime += r.ReplayTime
 					pfTime += r.PageFileTime
 					jTime += r.JournalTime
+					journals, replays = append(journals, r.JournalTime), append(replays, r.ReplayTime)
 					if err := db.Close(); err != nil {
 						b.Fatal(err)
 					}
@@ -86,12 +91,31 @@ func BenchmarkRecovery(b *testing.B) {
 				b.ReportMetric(ms(jTime), "journal-ms")
 				b.ReportMetric(ms(replayTime), "replay-ms")
 				b.ReportMetric(ms(ckTime), "recovery-checkpoint-ms")
+				// The medians resist the outliers of a shared machine.
+				b.ReportMetric(median(opens), "open-median-ms")
+				b.ReportMetric(median(journals), "journal-median-ms")
+				b.ReportMetric(median(replays), "replay-median-ms")
 				if replayTime > 0 {
 					b.ReportMetric(bytes/(1<<20)/replayTime.Seconds(), "replay-MiB/s")
 				}
 			})
 		}
 	}
+}
+
+// median returns the median of ds in milliseconds.
+func median(ds []time.Duration) float64 {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	n := len(s)
+	if n == 0 {
+		return 0
+	}
+	m := s[n/2]
+	if n%2 == 0 {
+		m = (s[n/2-1] + s[n/2]) / 2
+	}
+	return float64(m) / 1e6
 }
 
 // dropCaches syncs and drops the page cache (needs root).
