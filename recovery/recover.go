@@ -121,12 +121,13 @@ func Run(dir string, o Options) (*State, *Report, error) {
 	var rp *replayer
 	if !o.NoReplay {
 		rp = &replayer{st: st, o: o, rep: rep}
+		defer rp.abandon() // on a failure or a panic: the chunk's Update rolls back and its goroutine ends
 		jo.Deliver = rp.deliver
 	}
 	t = time.Now()
 	j, jrep, err := journal.Open(dir, jo)
 	if err == nil && rp != nil {
-		err = rp.flush()
+		err = rp.commit()
 	}
 	elapsed := time.Since(t)
 	if rp != nil {
@@ -142,7 +143,7 @@ func Run(dir string, o Options) (*State, *Report, error) {
 	}
 	switch {
 	case rp != nil && rp.err != nil:
-		return fail(rp.err) // Apply's error, passed back through the journal's Open
+		return fail(rp.err) // Apply's or a chunk's error, passed back through the journal's Open
 	case err != nil:
 		return fail(fmt.Errorf("recovery: journal: %w", err))
 	}

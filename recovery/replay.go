@@ -1,6 +1,7 @@
 package recovery
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -8,83 +9,120 @@ import (
 	"github.com/kdb-project/kdb/journal"
 )
 
-// chunkBytes bounds the payload bytes a replay chunk holds (a single larger
-// record makes a chunk of its own). The chunk's buffer is allocated once at
-// this size and reused: small enough to stay in the CPU's cache, large
-// enough that a chunk's index Update is worth its commit.
-const chunkBytes = 1 << 20
+// errAbandoned rolls back a chunk whose journal open failed.
+var errAbandoned = errors.New("recovery: replay abandoned")
 
 // replayer applies the records the journal's Open delivers
 // (journal.Options.Deliver) during its own verifying pass, so the journal
-// to replay is read once. Records are gathered into chunks of at most
-// Options.ChunkRecords records and chunkBytes payload bytes, and each chunk
-// is applied in one index Update: memory stays bounded by a chunk and its
-// dirty pages rather than by the journal's length. The journal delivers a
-// batch only once its end frame verified, so a torn batch is never applied
-// even in part; a chunk may end inside a batch. Updates are in memory only:
-// nothing reaches the disk before a checkpoint, which the caller takes only
-// after Run returned, so if the journal's Open fails after some chunks were
-// applied, closing the page file discards them.
+// to replay is read once, and applies them where they lie in the journal's
+// read buffer, without a copy.
+//
+// Records are applied in chunks of Options.ChunkRecords, one index Update
+// each, so memory stays bounded by a chunk's dirty pages rather than by the
+// journal's length. Update takes a function, and the records arrive through
+// callbacks on the caller's goroutine, so each chunk's Update runs on a
+// goroutine of its own: its function hands the Tx over and waits for the
+// chunk to end (the goroutines meet twice per chunk, never per record; the
+// Tx is used by one goroutine at a time, handed over through channels). The
+// journal delivers a batch only once its end frame verified, so a torn
+// batch is never applied even in part; a chunk may end inside a batch.
+//
+// Updates are in memory only: nothing reaches the disk before a
+// checkpoint, which the caller takes only after Run returned, so if the
+// journal's Open fails after some chunks were applied, closing the page
+// file discards them.
 type replayer struct {
 	st  *State
 	o   Options
 	rep *Report
 
-	recs  []chunkRec
-	buf   []byte        // the chunk's payloads, back to back
-	spent time.Duration // time spent applying chunks
-	err   error         // the first error applying a chunk
+	// The open chunk: tx is nil if none.
+	tx    *index.Tx
+	end   chan error // tells the Update's function to return this (nil: commit)
+	res   chan error // the Update's result
+	n     int
+	bytes int64
+	last  journal.Location
+
+	spent time.Duration // time spent applying records (and committing chunks)
+	err   error         // the first error applying or committing a chunk
 }
 
-// chunkRec is a record of the chunk: its payload is buf[off:off+n].
-type chunkRec struct {
-	loc journal.Location
-	typ journal.RecordType
-	off int
-	n   int
-}
-
-// deliver copies a record the journal delivered into the chunk (its payload
-// is valid only during the call), applying the chunk first if it is full.
+// deliver applies one record, in the open chunk or a new one.
 func (p *replayer) deliver(loc journal.Location, r journal.Record) error {
-	if len(p.recs) >= p.o.ChunkRecords || len(p.recs) > 0 && len(p.buf)+len(r.Payload) > chunkBytes {
-		if err := p.flush(); err != nil {
+	t := time.Now()
+	defer func() { p.spent += time.Since(t) }()
+	if p.tx != nil && p.n >= p.o.ChunkRecords {
+		if err := p.commit(); err != nil {
 			return err
 		}
 	}
-	if p.buf == nil {
-		p.buf = make([]byte, 0, chunkBytes)
+	if p.tx == nil {
+		if err := p.begin(); err != nil {
+			p.err = err
+			return err
+		}
 	}
-	p.recs = append(p.recs, chunkRec{loc: loc, typ: r.Type, off: len(p.buf), n: len(r.Payload)})
-	p.buf = append(p.buf, r.Payload...)
+	if err := p.o.Apply(p.tx, loc, r); err != nil {
+		err = fmt.Errorf("recovery: replay %s: %w", loc, err)
+		p.err = err
+		p.finish(err)
+		return err
+	}
+	p.n++
+	p.bytes += int64(len(r.Payload))
+	p.last = loc
 	return nil
 }
 
-// flush applies the chunk in one index Update.
-func (p *replayer) flush() error {
-	if len(p.recs) == 0 {
+// begin starts a chunk: an index Update on its own goroutine, whose Tx it
+// takes over.
+func (p *replayer) begin() error {
+	txc := make(chan *index.Tx)
+	end, res := make(chan error), make(chan error, 1)
+	go func() {
+		res <- p.st.Index.Update(func(tx *index.Tx) error {
+			txc <- tx
+			return <-end
+		})
+	}()
+	select {
+	case tx := <-txc:
+		p.tx, p.end, p.res = tx, end, res
+		return nil
+	case err := <-res: // Update failed before it called the function
+		return err
+	}
+}
+
+// commit ends the open chunk (if any), committing it.
+func (p *replayer) commit() error {
+	if p.tx == nil {
 		return nil
 	}
-	t := time.Now()
-	defer func() { p.spent += time.Since(t) }()
-	var bytes int64
-	err := p.st.Index.Update(func(tx *index.Tx) error {
-		for _, c := range p.recs {
-			r := journal.Record{Type: c.typ, Payload: p.buf[c.off : c.off+c.n : c.off+c.n]}
-			if err := p.o.Apply(tx, c.loc, r); err != nil {
-				return fmt.Errorf("recovery: replay %s: %w", c.loc, err)
-			}
-			bytes += int64(c.n)
-		}
-		return nil
-	})
-	if err != nil {
+	if err := p.finish(nil); err != nil {
 		p.err = err
 		return err
 	}
-	p.rep.RecordsReplayed += int64(len(p.recs))
-	p.rep.BytesReplayed += bytes
-	p.st.LastApplied = p.recs[len(p.recs)-1].loc
-	p.recs, p.buf = p.recs[:0], p.buf[:0]
+	p.rep.RecordsReplayed += int64(p.n)
+	p.rep.BytesReplayed += p.bytes
+	p.st.LastApplied = p.last
+	p.n, p.bytes = 0, 0
 	return nil
+}
+
+// finish makes the open chunk's Update return: it commits if abort is nil,
+// else rolls back. It returns the Update's result.
+func (p *replayer) finish(abort error) error {
+	p.tx = nil
+	p.end <- abort
+	return <-p.res
+}
+
+// abandon rolls back the open chunk, if any (the journal's Open failed, or
+// a panic unwinds Run).
+func (p *replayer) abandon() {
+	if p.tx != nil {
+		_ = p.finish(errAbandoned)
+	}
 }
