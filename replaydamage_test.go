@@ -44,7 +44,7 @@ func TestOpen_DamageAfterReplayedRecordsChangesNothing(t *testing.T) {
 	if err := db.Checkpoint(); err != nil {
 		t.Fatal(err)
 	}
-	write(20, 620) // several MiB: replay applies chunks before it reaches the damage
+	write(20, 1400)    // over 8,000 records: replay commits chunks before it reaches the damage
 	img := mem.Clone() // the process dies here
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
