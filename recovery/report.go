@@ -31,9 +31,11 @@ type Report struct {
 
 	PageFileDuration time.Duration // pagefile.Open: meta, redo, free list
 	IndexDuration    time.Duration // index.Open
-	// JournalDuration is journal.Open's time (segment scan, verifying and
-	// reading the records to replay, tail repair) less ReplayDuration, the
-	// time applying those records to the index, which Open's pass calls.
+	// ReplayDuration is the replay's pass over the records after the
+	// replay position: reading, verifying and applying them (the journal's
+	// Open reads them once for both), from the first record to the last
+	// one applied. JournalDuration is the rest of the journal's Open:
+	// opening the segments, checking headers, finding and syncing the tail.
 	JournalDuration time.Duration
 	ReplayDuration  time.Duration
 	TotalDuration   time.Duration
