@@ -130,9 +130,9 @@ func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
 	rep.Segments = len(ids)
 	var segs []*segment
 	nextID := SegmentID(1)
-	var d *deliverer
+	var dl *deliverer
 	if j.opts.Deliver != nil {
-		d = &deliverer{fn: j.opts.Deliver, from: j.opts.VerifyFrom}
+		dl = &deliverer{fn: j.opts.Deliver, from: j.opts.VerifyFrom}
 	}
 	for i, id := range ids {
 		if i > 0 && id != ids[i-1]+1 {
@@ -148,9 +148,9 @@ func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
 		var err error
 		switch from := j.opts.VerifyFrom; {
 		case j.opts.SkipDamaged || from.IsZero() || id > from.Segment || last && id < from.Segment:
-			seg, err = j.scanSegment(id, last, segHeaderSize, rep, d)
+			seg, err = j.scanSegment(id, last, segHeaderSize, rep, dl)
 		case id == from.Segment:
-			seg, err = j.scanSegment(id, last, from.Offset, rep, d)
+			seg, err = j.scanSegment(id, last, from.Offset, rep, dl)
 		default:
 			seg, err = j.openUnverified(id)
 			rep.Unverified++
@@ -165,8 +165,8 @@ func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
 		}
 		segs = append(segs, seg)
 	}
-	if d != nil {
-		if err := d.checkFrom(segs, j.opts.SkipDamaged); err != nil {
+	if dl != nil {
+		if err := dl.checkFrom(segs, j.opts.SkipDamaged); err != nil {
 			return segs, 0, err
 		}
 	}
