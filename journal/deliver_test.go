@@ -228,15 +228,22 @@ func TestOpen_DeliverChecksTheReplayPosition(t *testing.T) {
 }
 
 func TestOpen_DeliverAcrossWindows(t *testing.T) {
-	// Batches larger than the scan's 1 MiB window, and batches that span
-	// two windows: each delivered whole and intact.
+	for _, size := range []int{400 << 10, 90 << 10} {
+		t.Run(fmt.Sprint(size), func(t *testing.T) { testDeliverAcrossWindows(t, size) })
+	}
+}
+
+// testDeliverAcrossWindows: batches of three records of about size bytes,
+// many spanning two of the scan's 1 MiB windows (and larger than a window
+// if size is), each delivered whole and intact.
+func testDeliverAcrossWindows(t *testing.T, size int) {
 	fs := vfs.NewMem()
 	j, _ := openMem(t, fs, Options{SegmentSize: 8 << 20})
 	var bs []batch
 	for b := 0; b < 12; b++ {
 		recs := make([]Record, 3)
 		for i := range recs {
-			recs[i] = Record{Type: 1, Payload: payload(b, i, 400<<10+b*4099+i)}
+			recs[i] = Record{Type: 1, Payload: payload(b, i, size+b*4099+i)}
 		}
 		locs, err := j.Append(recs...)
 		if err != nil {

@@ -517,6 +517,9 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 			}
 			if d != nil {
 				d.add(Location{id, off}, h)
+				if len(d.batch) > 0 {
+					r.keep = d.batch[0].loc.Offset
+				}
 			}
 			if h.typ < MinReservedType {
 				batchRecs++
@@ -537,6 +540,7 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 					if err := d.flush(r); err != nil {
 						return scanEnd{}, err
 					}
+					r.keep = 0
 				}
 			}
 			off += fs
@@ -597,6 +601,7 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 			off, prevKnown, inBatch = skipTo, false, false
 			if d != nil {
 				d.batch = d.batch[:0] // the damaged batch is never delivered
+				r.keep = 0
 			}
 			goodEnd = skipTo
 			if clean || skipTo >= size {
