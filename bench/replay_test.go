@@ -18,10 +18,10 @@ import (
 // BenchmarkReplay reopens a small store after a process crash (a child
 // killed with SIGKILL, CrashWithJournal) that left 64 MiB of 1 KiB puts in
 // the journal to replay. replay-MiB/s is the journal replayed divided by
-// the replay phase's time (applying the records after the checkpoint to the
-// index); journal-MiB/s divides it by the journal's open and the replay
-// together (the open verifies the records after the replay position, finds
-// the tail and passes the records to the replay in that same pass).
+// the replay phase's time: the one pass, inside the journal's open, that
+// reads, verifies and applies the records after the checkpoint;
+// journal-MiB/s divides it by the whole journal open (the pass, plus the
+// segments' headers and finding and syncing the tail).
 func BenchmarkReplay(b *testing.B) {
 	dir := filepath.Join(b.TempDir(), "db")
 	var bytes float64
