@@ -55,8 +55,8 @@ type RecoveryReport struct {
 
 	PageFileTime   time.Duration // meta, redo and free list
 	FreeListTime   time.Duration // of which the free list
-	JournalTime    time.Duration // journal open: segment scan and tail repair
-	ReplayTime     time.Duration
+	JournalTime    time.Duration // journal open: segments, headers, the tail found and synced
+	ReplayTime     time.Duration // reading, verifying and applying the records replayed (one pass, in the journal's open)
 	CheckpointTime time.Duration // the background checkpoint, once done
 	TotalTime      time.Duration // Open's recovery, until it serves
 }

@@ -160,6 +160,10 @@ func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ er
 			nextID = n + 1 // never reuse the id of a missing segment
 		}
 	}()
+	var dl *deliverer
+	if j.opts.Deliver != nil {
+		dl = &deliverer{fn: j.opts.Deliver, from: j.opts.VerifyFrom}
+	}
 	for i, id := range ids {
 		if i > 0 && id != ids[i-1]+1 {
 			d := Damage{From: Location{ids[i-1] + 1, 0}, To: Location{id, 0},
@@ -174,9 +178,9 @@ func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ er
 		var err error
 		switch from := j.opts.VerifyFrom; {
 		case j.opts.SkipDamaged || from.IsZero() || id > from.Segment || last && id < from.Segment:
-			seg, err = j.scanSegment(id, last, segHeaderSize, rep)
+			seg, err = j.scanSegment(id, last, segHeaderSize, rep, dl)
 		case id == from.Segment:
-			seg, err = j.scanSegment(id, last, from.Offset, rep)
+			seg, err = j.scanSegment(id, last, from.Offset, rep, dl)
 		default:
 			seg, err = j.openUnverified(id)
 			rep.Unverified++
@@ -190,6 +194,11 @@ func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ er
 			continue
 		}
 		segs = append(segs, seg)
+	}
+	if dl != nil {
+		if err := dl.checkFrom(segs, j.opts.SkipDamaged); err != nil {
+			return segs, 0, err
+		}
 	}
 	return segs, nextID, nil
 }
@@ -224,6 +233,75 @@ func (j *Journal) missingNeeded(ids []SegmentID) ([]Damage, error) {
 		return nil, fmt.Errorf("%w: %s: %s", ErrCorrupt, ds[0].From, ds[0].Reason)
 	}
 	return ds, nil
+}
+
+// deliverer passes the records Open verifies to Options.Deliver: those
+// after from, a batch at a time once its end frame verified.
+type deliverer struct {
+	fn      func(Location, Record) error
+	from    Location
+	fromHit bool // a verifying frame began at from
+	batch   []pendingRec
+}
+
+// pendingRec is a record of the batch being verified, delivered when the
+// batch's end frame verifies.
+type pendingRec struct {
+	loc Location
+	typ RecordType
+	n   int // payload length
+}
+
+// add notes the verified frame h at loc as part of the current batch (a
+// batch-begin frame first drops whatever an unfinished batch left).
+func (d *deliverer) add(loc Location, h recHeader) {
+	if loc == d.from {
+		d.fromHit = true
+	}
+	if h.flags&flagBatchBegin != 0 {
+		d.batch = d.batch[:0]
+	}
+	if h.typ < MinReservedType && d.from.Less(loc) {
+		d.batch = append(d.batch, pendingRec{loc, h.typ, int(h.length)})
+	}
+}
+
+// flush delivers the current batch, whose end frame verified, reading the
+// payloads through r (again only if the batch spans r's windows).
+func (d *deliverer) flush(r *chunkReader) error {
+	for _, p := range d.batch {
+		pb, err := r.at(p.loc.Offset+recHeaderSize, p.n)
+		if err != nil {
+			return err
+		}
+		if err := d.fn(p.loc, Record{Type: p.typ, Payload: pb}); err != nil {
+			return err
+		}
+	}
+	d.batch = d.batch[:0]
+	return nil
+}
+
+// checkFrom checks that the replay position is a record of the journal:
+// its segment was kept and, if it lies within the segment's records, a
+// verifying frame began there.
+func (d *deliverer) checkFrom(segs []*segment, skipDamaged bool) error {
+	if d.from.IsZero() {
+		return nil
+	}
+	for _, s := range segs {
+		if s.id != d.from.Segment {
+			continue
+		}
+		if !skipDamaged && !d.fromHit && d.from.Offset < s.end {
+			return fmt.Errorf("%w: %s: the replay position is not a record", ErrCorrupt, d.from)
+		}
+		return nil
+	}
+	if skipDamaged {
+		return nil // listed in OpenReport.Skipped (Options.Need); replay resumes at the next segment present
+	}
+	return fmt.Errorf("%w: %s: the replay position's segment is missing", ErrNotFound, d.from)
 }
 
 // openFile opens the file of segment id (read-only if the journal is).
@@ -271,7 +349,7 @@ func (j *Journal) openUnverified(id SegmentID) (*segment, error) {
 // scanSegment opens and verifies one segment, its records from startOff on
 // (see scanRecords). It returns nil (and no error) for a last segment whose
 // header was never completed, after removing it (unless ReadOnly).
-func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *OpenReport) (*segment, error) {
+func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *OpenReport, d *deliverer) (*segment, error) {
 	fsys := j.opts.FS
 	seg, err := j.openFile(id)
 	if err != nil {
@@ -337,7 +415,7 @@ func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *Open
 		return seg, nil
 	}
 	seg.seed = h.seed
-	res, err := j.scanRecords(seg, r, last, startOff, rep)
+	res, err := j.scanRecords(seg, r, last, startOff, rep, d)
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +435,7 @@ func (j *Journal) verifySegment(seg *segment) error {
 	}
 	// INVARIANT: an unverified segment is never the last one, so nothing
 	// writes to it and seg.size is fixed.
-	res, err := j.scanRecords(seg, &chunkReader{seg: seg, size: seg.size}, false, segHeaderSize, &OpenReport{})
+	res, err := j.scanRecords(seg, &chunkReader{seg: seg, size: seg.size}, false, segHeaderSize, &OpenReport{}, nil)
 	if err != nil {
 		return err
 	}
@@ -435,8 +513,11 @@ func (j *Journal) batchEndAt(r *chunkReader, id SegmentID, seed uint64, off int6
 // scanRecords walks the frames of seg and returns where they end; it
 // truncates a torn tail of the last segment. It starts at startOff if the
 // frame there verifies and ends a batch (the caller's replay position, see
-// Options.VerifyFrom), else at the first frame.
-func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff int64, rep *OpenReport) (scanEnd, error) {
+// Options.VerifyFrom), else at the first frame. If d is not nil, each batch
+// is passed to it once its end frame verified (Options.Deliver): only
+// batches before goodEnd, which no later decision (torn tail, damage)
+// takes back.
+func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff int64, rep *OpenReport, d *deliverer) (scanEnd, error) {
 	id, seed, size := seg.id, seg.seed, seg.size
 	maxRec := j.opts.MaxRecordSize
 	off := int64(segHeaderSize)
@@ -445,6 +526,9 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 	var batchRecs int64
 	goodEnd, goodPrev, goodLast := off, seed, int64(-1)
 	sealed := false
+	if d != nil {
+		d.batch = d.batch[:0]
+	}
 	if startOff > off {
 		if h, ok := j.batchEndAt(r, id, seed, startOff); ok {
 			// Start inside the segment: the chain links to the frame's own
@@ -496,6 +580,12 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 			if h.flags&flagBatchBegin != 0 {
 				inBatch, batchStart, batchRecs = true, off, 0
 			}
+			if d != nil {
+				d.add(Location{id, off}, h)
+				if len(d.batch) > 0 {
+					r.keep = d.batch[0].loc.Offset
+				}
+			}
 			if h.typ < MinReservedType {
 				batchRecs++
 			}
@@ -510,6 +600,12 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 				rep.Records += batchRecs
 				if batchRecs > 0 {
 					rep.Batches++
+				}
+				if d != nil {
+					if err := d.flush(r); err != nil {
+						return scanEnd{}, err
+					}
+					r.keep = 0
 				}
 			}
 			off += fs
@@ -568,6 +664,10 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 			}
 			rep.Skipped = append(rep.Skipped, Damage{From: Location{id, damageStart}, To: Location{id, skipTo}, Reason: err.Error()})
 			off, prevKnown, inBatch = skipTo, false, false
+			if d != nil {
+				d.batch = d.batch[:0] // the damaged batch is never delivered
+				r.keep = 0
+			}
 			goodEnd = skipTo
 			if clean || skipTo >= size {
 				break

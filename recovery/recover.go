@@ -22,7 +22,9 @@ type Options struct {
 	// An error aborts recovery. Records are applied in chunks, one index
 	// Update each, and a chunk may end inside a journal batch: state that
 	// Apply keeps between the records of one batch must live in the
-	// caller's closure. No chunk is ever applied twice.
+	// caller's closure. No chunk is ever applied twice. Apply runs while
+	// the journal is still being opened (journal.Options.Deliver): if Run
+	// fails, what it applied is discarded with the page file.
 	Apply func(tx *index.Tx, loc journal.Location, r journal.Record) error
 	// ReplayFrom converts the checkpoint's meta into the location of the
 	// last record it covers (zero: none).
@@ -66,8 +68,9 @@ func (s *State) Close() error {
 
 // Run opens the store in dir: the page file (newest intact meta, db.redo,
 // the free list trusted or rebuilt), the index, the journal (verified from
-// the replay position, torn tail truncated), then replays the journal after
-// the checkpoint's replay position. It does not checkpoint: the caller
+// the replay position, torn tail truncated), replaying the journal after
+// the checkpoint's replay position during the journal's own verifying pass
+// (each record is read once). It does not checkpoint: the caller
 // starts serving and checkpoints in the background when
 // Report.NeedsCheckpoint says so (the store is consistent and durable
 // without it; the checkpoint only makes the next crash cheap). On error
@@ -108,34 +111,51 @@ func Run(dir string, o Options) (*State, *Report, error) {
 
 	// The journal is verified from the replay position on; the segments
 	// before it hold only values the index still points to, and each is
-	// verified when read (or by journal.Verify, which DB.Check runs).
+	// verified when read (or by journal.Verify, which DB.Check runs). The
+	// records after the replay position are applied as the journal's Open
+	// verifies them. They stay in memory (index Updates are committed to
+	// the page file's dirty pages, which only a checkpoint writes): if the
+	// Open fails further on, fail discards them; if it succeeds, it has
+	// synced the tail it found before returning, so the records are
+	// durable before anything built from them is served or checkpointed.
 	from := o.ReplayFrom(pf.Meta())
+	rep.ReplayFrom = from
+	st.LastApplied = from
 	jo := o.Journal
 	jo.VerifyFrom = from
 	if jo.Need, err = need(ix, from, o.Refs); err != nil {
 		return fail(fmt.Errorf("recovery: index: %w", err))
 	}
+	jo.Deliver = nil
+	var rp *replayer
+	if !o.NoReplay {
+		rp = &replayer{st: st, o: o, rep: rep}
+		defer rp.abandon() // on a failure or a panic: the chunk's Update rolls back and its goroutine ends
+		jo.Deliver = rp.deliver
+	}
 	t = time.Now()
 	j, jrep, err := journal.Open(dir, jo)
 	rep.JournalDuration = time.Since(t)
+	if err == nil && rp != nil {
+		// The records' pass is the replay's time, and the journal's the
+		// rest of its open (segments, headers, the tail and its sync).
+		t = time.Now()
+		err = rp.commit()
+		rep.ReplayDuration = rp.span() + time.Since(t)
+		rep.JournalDuration -= rp.span()
+	}
 	if jrep != nil {
 		rep.Journal = *jrep
 	}
-	if err != nil {
+	if j != nil {
+		st.Journal = j
+	}
+	switch {
+	case rp != nil && rp.err != nil:
+		return fail(rp.err) // Apply's or a chunk's error, passed back through the journal's Open
+	case err != nil:
 		return fail(fmt.Errorf("recovery: journal: %w", err))
 	}
-	st.Journal = j
-
-	t = time.Now()
-	rep.ReplayFrom = from
-	st.LastApplied = from
-	rfrom, found := replayStart(j, from)
-	if !o.NoReplay && found {
-		if err := replay(st, o, rep, rfrom); err != nil {
-			return fail(err)
-		}
-	}
-	rep.ReplayDuration = time.Since(t)
 
 	rep.FreeListProof = pf.FreeListProof()
 	rep.NeedsCheckpoint = !o.PageFile.ReadOnly && (rep.RecordsReplayed > 0 || rep.PageFile.RedoApplied ||
@@ -166,22 +186,4 @@ func need(ix *index.Store, from journal.Location, refs func(*index.Store) (journ
 	}
 	n.Last = max(n.Last, newest)
 	return n, nil
-}
-
-// replayStart returns where the replay begins: from, or, if from's segment
-// is missing (skipped, with SkipDamaged: its records are lost and listed),
-// the start of the first segment after it; and false if there is none.
-func replayStart(j *journal.Journal, from journal.Location) (journal.Location, bool) {
-	if from.IsZero() {
-		return from, true
-	}
-	for _, s := range j.Segments() {
-		switch {
-		case s.ID == from.Segment:
-			return from, true
-		case s.ID > from.Segment:
-			return journal.Location{Segment: s.ID}, true
-		}
-	}
-	return from, false
 }

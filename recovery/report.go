@@ -37,9 +37,14 @@ type Report struct {
 
 	PageFileDuration time.Duration // pagefile.Open: meta, redo, free list
 	IndexDuration    time.Duration // index.Open
-	JournalDuration  time.Duration // journal.Open: segment scan, tail repair
-	ReplayDuration   time.Duration // applying the journal
-	TotalDuration    time.Duration
+	// ReplayDuration is the replay's pass over the records after the
+	// replay position: reading, verifying and applying them (the journal's
+	// Open reads them once for both), from the first record to the last
+	// one applied. JournalDuration is the rest of the journal's Open:
+	// opening the segments, checking headers, finding and syncing the tail.
+	JournalDuration time.Duration
+	ReplayDuration  time.Duration
+	TotalDuration   time.Duration
 }
 
 // ReplayRate returns the replay throughput in bytes per second, or 0 when too
