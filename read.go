@@ -31,9 +31,9 @@ func (db *DB) View(fn func(s *Snapshot) error) error {
 	}
 	db.gcMu.RLock()
 	defer db.gcMu.RUnlock()
-	return wrapErr(db.ix.View(func(tx *index.Tx) error {
+	return db.staleOr(wrapErr(db.ix.View(func(tx *index.Tx) error {
 		return fn(&Snapshot{db: db, tx: tx})
-	}))
+	})))
 }
 
 // Snapshot is a consistent read-only view of the store, valid during the

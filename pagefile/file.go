@@ -57,6 +57,10 @@ type File struct {
 	// not sync it; the next commit syncs db.data before it overwrites
 	// db.redo. Accessed only under commitMu (and at Open).
 	dataUnsynced bool
+	// roState: a ReadOnly handle's State of the store, read before Open
+	// read anything (roStateOK: it could be read); see Changed.
+	roState   State
+	roStateOK bool
 
 	mu struct {
 		sync.RWMutex
@@ -176,6 +180,9 @@ func open(dir string, opts Options, noFreeList bool) (*File, *Report, error) {
 	}
 	if err := o.open(); err != nil {
 		o.f.closeFiles()
+		if opts.ReadOnly {
+			err = o.f.staleOr(err)
+		}
 		return nil, nil, err
 	}
 	return o.f, o.rep, nil
@@ -303,6 +310,9 @@ func (f *File) Read(id PageID) (PageType, []byte, error) {
 	if img := f.mu.overlay[id]; img != nil {
 		plen := int(binary.LittleEndian.Uint32(img[pgPayloadLen:]))
 		return PageType(img[pgType]), img[pageHeaderSize : pageHeaderSize+plen : pageHeaderSize+plen], nil
+	}
+	if f.opts.ReadOnly {
+		return f.readSnapshotLocked(id)
 	}
 	ps := int64(f.pageSize)
 	off := int64(id) * ps

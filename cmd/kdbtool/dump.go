@@ -83,36 +83,41 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
 		return exitIO
 	}
-	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
-	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
-		return exitFor(err)
-	}
-	defer db.Close()
-	out := &dumpOut{Index: *index, Queue: *queue, Topic: *topic, Sub: *sub}
-	max := *limit
-	if max == 0 {
-		max = int(^uint(0) >> 1)
-	}
+	var from []byte
+	var fromSeq uint64
+	var err error
 	if *index != "" {
-		from := []byte(*start)
+		from = []byte(*start)
 		if *hexKeys {
 			if from, err = hex.DecodeString(*start); err != nil {
 				fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
 				return exitUsage
 			}
 		}
-		err = dumpIndex(db, out, *index, from, max, *values)
-	} else {
-		var from uint64
-		if *start != "" {
-			if from, err = strconv.ParseUint(*start, 10, 64); err != nil {
-				fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
-				return exitUsage
-			}
+	} else if *start != "" {
+		if fromSeq, err = strconv.ParseUint(*start, 10, 64); err != nil {
+			fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
+			return exitUsage
 		}
-		err = dumpDest(db, out, from, max, *values)
 	}
+	max := *limit
+	if max == 0 {
+		max = int(^uint(0) >> 1)
+	}
+	out, err := retryLive(dir, func() (*dumpOut, bool, error) {
+		out := &dumpOut{Index: *index, Queue: *queue, Topic: *topic, Sub: *sub}
+		db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+		if err != nil {
+			return out, false, err
+		}
+		defer db.Close()
+		if *index != "" {
+			err = dumpIndex(db, out, *index, from, max, *values)
+		} else {
+			err = dumpDest(db, out, fromSeq, max, *values)
+		}
+		return out, err == nil, err
+	})
 	if errors.Is(err, kdb.ErrNotFound) {
 		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
 		return exitProblems
