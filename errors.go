@@ -17,8 +17,9 @@ var (
 	ErrCorrupt = errors.New("kdb: corrupt")
 	// ErrVersionMismatch reports a file written by an unknown format version.
 	ErrVersionMismatch = errors.New("kdb: format version mismatch")
-	// ErrLocked is returned by Open when another process holds the store.
-	ErrLocked = errors.New("kdb: store is locked by another process")
+	// ErrLocked is returned by Open when the store is held by another
+	// handle: the message says whether of this process or of another one.
+	ErrLocked = errors.New("kdb: store is locked")
 	// ErrClosed is returned by calls on a closed DB.
 	ErrClosed = errors.New("kdb: closed")
 	// ErrReadOnly is returned by writing calls on a DB opened ReadOnly.
