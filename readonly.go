@@ -22,8 +22,9 @@ import (
 const readOnlyOpenAttempts = 20
 
 // openReadOnly is Open with Options.ReadOnly: it reads the store's State
-// (pagefile.ReadState), opens, and if the open failed while the State
-// changed (a checkpoint ran), or a read met a page of a newer checkpoint
+// (pagefile.ReadState), opens, and if the open failed (in any way: a replay
+// over a page of a newer state can fail as a bad index operation too) while
+// the State changed (a checkpoint ran), or a read met a page of a newer checkpoint
 // (ErrStale), opens again from the new state, up to readOnlyOpenAttempts
 // times. Damage that persists while nothing changes is reported as it is.
 func openReadOnly(dir string, opts *Options) (*DB, error) {
@@ -31,7 +32,7 @@ func openReadOnly(dir string, opts *Options) (*DB, error) {
 	for attempt := 1; ; attempt++ {
 		before, serr := pagefile.ReadState(o.FS, dir)
 		db, err := open(dir, opts)
-		if err == nil || serr != nil || !maybeStale(err) {
+		if err == nil || serr != nil || errors.Is(err, ErrInvalid) {
 			return db, err
 		}
 		if !errors.Is(err, ErrStale) {
