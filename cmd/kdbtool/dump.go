@@ -224,7 +224,12 @@ func dumpDest(db *kdb.DB, out *dumpOut, from uint64, max int, values bool) error
 	const page = 1000
 	out.Messages = []dumpMsg{}
 	for len(out.Messages) < max {
-		n := min(page, max-len(out.Messages)+1) // one more, to know if there is a next
+		// One more than still wanted, to know if there is a next (max may
+		// be the largest int: no overflow).
+		n := page
+		if rem := max - len(out.Messages); rem < page {
+			n = rem + 1
+		}
 		var ms []kdb.Message
 		var err error
 		if out.Sub != "" {

@@ -242,3 +242,16 @@ func runChild(t *testing.T, args ...string) (int, string, string) {
 	}
 	return code, out.String(), errb.String()
 }
+
+// dump --limit 0 lists every message of a queue (it used to loop forever:
+// the page size computed from the largest int overflowed).
+func TestDump_QueueLimitZeroListsAll(t *testing.T) {
+	dir := makeStore(t, 10)
+	code, m := runJSON(t, "dump", "--json", "--queue", "orders", "--limit", "0", dir)
+	if code != 0 {
+		t.Fatalf("dump --limit 0: exit %d", code)
+	}
+	if msgs := m["messages"].([]any); len(msgs) != 5 {
+		t.Errorf("dump --limit 0: %d messages, want 5", len(msgs))
+	}
+}
