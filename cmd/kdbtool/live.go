@@ -85,7 +85,7 @@ func retryLive[T any](dir string, op func() (out T, clean bool, err error)) (T, 
 		if (clean && err == nil) || serr != nil || attempt == liveAttempts {
 			return out, err
 		}
-		if !errors.Is(err, kdb.ErrStale) {
+		if !errors.Is(err, kdb.ErrStale) && !errors.Is(err, pagefile.ErrStale) {
 			time.Sleep(time.Duration(attempt) * liveSettle)
 			after, aerr := readStamp(dir)
 			if aerr != nil || after.equal(before) {
