@@ -199,7 +199,7 @@ func TestReadOnly_ToolsUnderLiveCheckpointsNoFalseReports(t *testing.T) {
 	dir := t.TempDir()
 	w := startLiveWriter(t, dir)
 	defer w.close(t)
-	runs := liveRuns(30, 300)
+	runs := liveRuns(100, 1000)
 	exp := filepath.Join(t.TempDir(), "snap")
 	tools := [][]string{
 		{"inspect", dir},
