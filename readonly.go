@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"time"
 
+	"github.com/kdb-project/kdb/internal/vfs"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
 )
@@ -30,14 +32,14 @@ const readOnlyOpenAttempts = 20
 func openReadOnly(dir string, opts *Options) (*DB, error) {
 	o := opts.withDefaults()
 	for attempt := 1; ; attempt++ {
-		before, serr := pagefile.ReadState(o.FS, dir)
+		before, serr := readOnlyStamp(o.FS, dir)
 		db, err := open(dir, opts)
 		if err == nil || serr != nil || errors.Is(err, ErrInvalid) {
 			return db, err
 		}
 		if !errors.Is(err, ErrStale) {
-			after, aerr := pagefile.ReadState(o.FS, dir)
-			if aerr == nil && after == before {
+			after, aerr := readOnlyStamp(o.FS, dir)
+			if aerr == nil && after.equal(before) {
 				return nil, err // nothing changed: the damage is real
 			}
 			err = fmt.Errorf("%w: %v", ErrStale, err)
@@ -48,6 +50,26 @@ func openReadOnly(dir string, opts *Options) (*DB, error) {
 		time.Sleep(time.Duration(attempt) * time.Millisecond)
 	}
 }
+
+// roStamp is what openReadOnly compares: the page file's State, and the
+// names in the directory (journal GC removes segments just after the meta
+// slot is written, so a State read after that write does not see it).
+type roStamp struct {
+	state pagefile.State
+	names []string
+}
+
+func readOnlyStamp(fsys vfs.FS, dir string) (roStamp, error) {
+	var s roStamp
+	var err error
+	if s.state, err = pagefile.ReadState(fsys, dir); err != nil {
+		return s, err
+	}
+	s.names, err = fsys.ReadDir(dir)
+	return s, err
+}
+
+func (s roStamp) equal(o roStamp) bool { return s.state == o.state && slices.Equal(s.names, o.names) }
 
 // maybeStale reports whether err may come from a read that raced with a
 // checkpoint of another process: damaged-looking bytes, or a journal
