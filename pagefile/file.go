@@ -61,6 +61,11 @@ type File struct {
 	// read anything (roStateOK: it could be read); see Changed.
 	roState   State
 	roStateOK bool
+	// roCache: a ReadOnly handle's verified page copies (readSnapshotLocked).
+	roCache struct {
+		sync.Mutex
+		m map[PageID][]byte
+	}
 
 	mu struct {
 		sync.RWMutex

@@ -1,6 +1,7 @@
 package pagefile
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -107,13 +108,21 @@ func (f *File) staleOr(err error) error {
 // process may rewrite any page in place at its next checkpoint, so the page
 // is copied out of the mapping (or read) and checked on every read, and a
 // page that a checkpoint newer than this handle's meta wrote is ErrStale:
-// the handle's tree cannot refer to it.
+// the handle's tree cannot refer to it. Verified copies are kept (up to
+// roCachePages) and served again.
 //
 // The caller must hold f.mu (read).
 func (f *File) readSnapshotLocked(id PageID) (PageType, []byte, error) {
+	f.roCache.Lock()
+	b := f.roCache.m[id]
+	f.roCache.Unlock()
+	if b != nil {
+		plen := int(binary.LittleEndian.Uint32(b[pgPayloadLen:]))
+		return PageType(b[pgType]), b[pageHeaderSize : pageHeaderSize+plen : pageHeaderSize+plen], nil
+	}
 	ps := int64(f.pageSize)
 	off := int64(id) * ps
-	b := make([]byte, ps)
+	b = make([]byte, ps)
 	if v := f.mu.view; off+ps <= v.valid.Load() {
 		copy(b, v.mm[off:off+ps])
 	} else if err := readFull(f.data, b, off); err != nil {
@@ -126,5 +135,22 @@ func (f *File) readSnapshotLocked(id PageID) (PageType, []byte, error) {
 	if h.checkpoint > f.mu.meta.Seq {
 		return 0, nil, fmt.Errorf("%w: %s@%d: %v written by checkpoint %d, after this handle's %d", ErrStale, f.dataName, off, id, h.checkpoint, f.mu.meta.Seq)
 	}
+	f.roCache.Lock()
+	if f.roCache.m == nil {
+		f.roCache.m = make(map[PageID][]byte)
+	}
+	if len(f.roCache.m) >= roCachePages {
+		for k := range f.roCache.m { // evict one, at random
+			delete(f.roCache.m, k)
+			break
+		}
+	}
+	f.roCache.m[id] = b
+	f.roCache.Unlock()
 	return h.typ, b[pageHeaderSize : pageHeaderSize+h.payloadLen : pageHeaderSize+h.payloadLen], nil
 }
+
+// roCachePages bounds the verified page copies a ReadOnly handle keeps. A
+// copy stays right for the handle's snapshot whatever a checkpoint writes
+// later, so it is served again without a copy or a checksum.
+const roCachePages = 4096

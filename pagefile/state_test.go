@@ -57,9 +57,12 @@ func TestFile_ReadOnlyDetectsLiveCheckpoints(t *testing.T) {
 				t.Fatal("Changed with no checkpoint")
 			}
 
-			// The writer rewrites ids[0] in place at its next checkpoint.
-			if err := w.Write(ids[0], PageType(16), []byte{'v', 2, 0}); err != nil {
-				t.Fatal(err)
+			// The writer rewrites ids[0] and ids[1] in place at its next
+			// checkpoint.
+			for _, id := range ids[:2] {
+				if err := w.Write(id, PageType(16), []byte{'v', 2, byte(id)}); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if err := w.Checkpoint(MetaUpdate{}); err != nil {
 				t.Fatal(err)
@@ -67,12 +70,12 @@ func TestFile_ReadOnlyDetectsLiveCheckpoints(t *testing.T) {
 			if !r1.Changed() {
 				t.Error("Changed is false after a checkpoint")
 			}
-			if _, p, err := r1.Read(ids[0]); !errors.Is(err, ErrStale) || errors.Is(err, ErrCorrupt) {
+			if _, p, err := r1.Read(ids[1]); !errors.Is(err, ErrStale) || errors.Is(err, ErrCorrupt) {
 				t.Errorf("read of a page a later checkpoint rewrote: %q, %v; want ErrStale", p, err)
 			}
-			// A page read before keeps its bytes (a copy).
-			if _, p, err := r1.Read(ids[1]); err != nil || !bytes.Equal(p, []byte{'v', 1, 1}) {
-				t.Errorf("read of an unchanged page: %q, %v", p, err)
+			// A page read before keeps the snapshot's bytes (a verified copy).
+			if _, p, err := r1.Read(ids[0]); err != nil || !bytes.Equal(p, []byte{'v', 1, 0}) {
+				t.Errorf("read again of a page read before the rewrite: %q, %v", p, err)
 			}
 
 			// Damage while nothing changes is damage.
