@@ -152,12 +152,17 @@ func (w *liveWriter) close(t *testing.T) {
 	}
 }
 
-// liveRuns is how many read-only runs of each tool a live-store test does.
-func liveRuns(short, long int) int {
-	if os.Getenv("KDB_LONG") == "1" {
-		return long
+// liveRuns is how many read-only runs of each tool a live-store test does:
+// n by default, a tenth of it with -short (CI runs -race -short), ten times
+// as many with KDB_LONG=1.
+func liveRuns(n int) int {
+	switch {
+	case os.Getenv("KDB_LONG") == "1":
+		return 10 * n
+	case testing.Short():
+		return n / 10
 	}
-	return short
+	return n
 }
 
 // TestReadOnly_CheckUnderLiveCheckpointsNoFalseReports runs kdbtool check
@@ -169,12 +174,12 @@ func TestReadOnly_CheckUnderLiveCheckpointsNoFalseReports(t *testing.T) {
 	dir := t.TempDir()
 	w := startLiveWriter(t, dir)
 	defer w.close(t)
-	runs := liveRuns(200, 2000)
+	runs := liveRuns(200)
 	false_ := 0
 	for i := 0; i < runs; i++ {
 		var code int
 		var out, errs string
-		if i%50 == 49 {
+		if i%50 == 49 || i == runs-1 {
 			code, out, errs = runChild(t, "check", dir)
 		} else {
 			code, out, errs = runTool(t, "check", dir)
@@ -199,7 +204,7 @@ func TestReadOnly_ToolsUnderLiveCheckpointsNoFalseReports(t *testing.T) {
 	dir := t.TempDir()
 	w := startLiveWriter(t, dir)
 	defer w.close(t)
-	runs := liveRuns(100, 1000)
+	runs := liveRuns(100)
 	exp := filepath.Join(t.TempDir(), "snap")
 	tools := [][]string{
 		{"inspect", dir},
