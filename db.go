@@ -100,8 +100,16 @@ type commitReq struct {
 
 // Open opens (or creates) the store in dir and recovers it: see
 // docs/DESIGN.md. opts may be nil. A second process opening the same store
-// gets ErrLocked at once.
+// gets ErrLocked at once. A ReadOnly open retries when a checkpoint of
+// the writing process spoiled its reads (see openReadOnly).
 func Open(dir string, opts *Options) (*DB, error) {
+	if opts != nil && opts.ReadOnly {
+		return openReadOnly(dir, opts)
+	}
+	return open(dir, opts)
+}
+
+func open(dir string, opts *Options) (*DB, error) {
 	o := opts.withDefaults()
 	if err := o.validate(); err != nil {
 		return nil, err

@@ -39,7 +39,9 @@ type Options struct {
 	// anything: the state of the last checkpoint (a pending db.redo
 	// overlaid in memory) plus the journal written since, replayed in
 	// memory; a torn journal tail is reported, not cut. Writes return
-	// ErrReadOnly. Default: false.
+	// ErrReadOnly. Another process may write and checkpoint the store
+	// meanwhile: a read that meets its in-place writes returns ErrStale
+	// (reopen), never ErrCorrupt, and Open retries by itself. Default: false.
 	ReadOnly bool
 
 	// PageSize is the page size of a new store (ignored for an existing

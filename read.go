@@ -37,10 +37,10 @@ func (db *DB) View(fn func(s *Snapshot) error) error {
 	defer db.endView(floor)
 	s := &Snapshot{db: db}
 	defer s.ended.Store(true)
-	return wrapErr(db.ix.View(func(tx *index.Tx) error {
+	return db.staleOr(wrapErr(db.ix.View(func(tx *index.Tx) error {
 		s.tx = tx
 		return fn(s)
-	}))
+	})))
 }
 
 // Snapshot is a consistent read-only view of the store, valid during the

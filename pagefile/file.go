@@ -61,6 +61,15 @@ type File struct {
 	// not sync it; the next commit syncs db.data before it overwrites
 	// db.redo. Accessed only under commitMu (and at Open).
 	dataUnsynced bool
+	// roState: a ReadOnly handle's State of the store, read before Open
+	// read anything (roStateOK: it could be read); see Changed.
+	roState   State
+	roStateOK bool
+	// roCache: a ReadOnly handle's verified page copies (readSnapshotLocked).
+	roCache struct {
+		sync.Mutex
+		m map[PageID][]byte
+	}
 
 	mu struct {
 		sync.RWMutex
@@ -197,6 +206,9 @@ func open(dir string, opts Options, noFreeList bool) (*File, *Report, error) {
 	o.f.proofDone.L = &o.f.mu.RWMutex
 	if err := o.open(); err != nil {
 		o.f.closeFiles()
+		if opts.ReadOnly {
+			err = o.f.staleOr(err)
+		}
 		return nil, nil, err
 	}
 	return o.f, o.rep, nil
@@ -324,6 +336,9 @@ func (f *File) Read(id PageID) (PageType, []byte, error) {
 	if img := f.mu.overlay[id]; img != nil {
 		plen := int(binary.LittleEndian.Uint32(img[pgPayloadLen:]))
 		return PageType(img[pgType]), img[pageHeaderSize : pageHeaderSize+plen : pageHeaderSize+plen], nil
+	}
+	if f.opts.ReadOnly {
+		return f.readSnapshotLocked(id)
 	}
 	ps := int64(f.pageSize)
 	off := int64(id) * ps

@@ -34,7 +34,15 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	out, ioErr := checkStore(dir, stderr)
+	type result struct {
+		out   *checkOut
+		ioErr error
+	}
+	res, _ := retryLive(dir, func() (result, bool, error) {
+		out, ioErr := checkStore(dir, stderr)
+		return result{out, ioErr}, out != nil && ioErr == nil && len(out.Problems) == 0, ioErr
+	})
+	out, ioErr := res.out, res.ioErr
 	if out == nil {
 		fmt.Fprintf(stderr, "kdbtool check: %v\n", ioErr)
 		return exitFor(ioErr)

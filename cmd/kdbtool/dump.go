@@ -87,36 +87,41 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
 		return exitFor(err)
 	}
-	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
-	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
-		return exitFor(err)
-	}
-	defer db.Close()
-	out := &dumpOut{Index: *index, Queue: *queue, Topic: *topic, Sub: *sub}
-	max := *limit
-	if max == 0 {
-		max = int(^uint(0) >> 1)
-	}
+	var from []byte
+	var fromSeq uint64
+	var err error
 	if *index != "" {
-		from := []byte(*start)
+		from = []byte(*start)
 		if *hexKeys {
 			if from, err = hex.DecodeString(*start); err != nil {
 				fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
 				return exitUsage
 			}
 		}
-		err = dumpIndex(db, out, *index, from, max, *values)
-	} else {
-		var from uint64
-		if *start != "" {
-			if from, err = strconv.ParseUint(*start, 10, 64); err != nil {
-				fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
-				return exitUsage
-			}
+	} else if *start != "" {
+		if fromSeq, err = strconv.ParseUint(*start, 10, 64); err != nil {
+			fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
+			return exitUsage
 		}
-		err = dumpDest(db, out, from, max, *values)
 	}
+	max := *limit
+	if max == 0 {
+		max = int(^uint(0) >> 1)
+	}
+	out, err := retryLive(dir, func() (*dumpOut, bool, error) {
+		out := &dumpOut{Index: *index, Queue: *queue, Topic: *topic, Sub: *sub}
+		db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+		if err != nil {
+			return out, false, err
+		}
+		defer db.Close()
+		if *index != "" {
+			err = dumpIndex(db, out, *index, from, max, *values)
+		} else {
+			err = dumpDest(db, out, fromSeq, max, *values)
+		}
+		return out, err == nil, err
+	})
 	if errors.Is(err, kdb.ErrNotFound) {
 		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
 		return exitProblems
@@ -234,7 +239,12 @@ func dumpDest(db *kdb.DB, out *dumpOut, from uint64, max int, values bool) error
 	const page = 1000
 	out.Messages = []dumpMsg{}
 	for len(out.Messages) < max {
-		n := min(page, max-len(out.Messages)+1) // one more, to know if there is a next
+		// One more than still wanted, to know if there is a next (max may
+		// be the largest int: no overflow).
+		n := page
+		if rem := max - len(out.Messages); rem < page {
+			n = rem + 1
+		}
 		var ms []kdb.Message
 		var err error
 		if out.Sub != "" {

@@ -105,18 +105,20 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kdbtool export: %v\n", err)
 		return exitFor(err)
 	}
-	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+	out, err := retryLive(dir, func() (*exportOut, bool, error) {
+		out := &exportOut{File: file, Version: 1, Warnings: []string{}}
+		db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+		if err != nil {
+			return out, false, err
+		}
+		defer db.Close()
+		if err := exportStore(db, file, out); err != nil {
+			return out, false, err
+		}
+		err = summarize(db, out)
+		return out, err == nil, err
+	})
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool export: %v\n", err)
-		return exitFor(err)
-	}
-	defer db.Close()
-	out := &exportOut{File: file, Version: 1, Warnings: []string{}}
-	if err := exportStore(db, file, out); err != nil {
-		fmt.Fprintf(stderr, "kdbtool export: %v\n", err)
-		return exitFor(err)
-	}
-	if err := summarize(db, out); err != nil {
 		fmt.Fprintf(stderr, "kdbtool export: %v\n", err)
 		return exitFor(err)
 	}

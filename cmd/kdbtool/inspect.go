@@ -178,7 +178,10 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	out, err := inspectStore(dir)
+	out, err := retryLive(dir, func() (*inspectOut, bool, error) {
+		out, err := inspectStore(dir)
+		return out, err == nil && len(out.Problems) == 0, err
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "kdbtool inspect: %v\n", err)
 		return exitFor(err)

@@ -2,6 +2,7 @@ package vfs
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -397,7 +398,7 @@ func (m *MemFS) Lock(name string) (Locker, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.mu.locks[key] {
-		return nil, pathErr("lock", name, ErrLocked)
+		return nil, fmt.Errorf("%w: %s: held by this process (a MemFS lives in one)", ErrLocked, name)
 	}
 	m.mu.locks[key] = true
 	return &memLock{fs: m, key: key}, nil
