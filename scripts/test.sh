@@ -17,5 +17,5 @@ go vet ./...
 go test -race -tags kdb_invariants -short -timeout 20m ./...
 echo "== crash campaign, kill test and error sweep at default size"
 go test -tags kdb_invariants -count=1 -timeout 20m -v \
-  -run 'TestDB_CrashCampaign|TestKill_RandomMoments|TestErrSweep' . \
+  -run 'TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep' . \
   | grep -E '^(--- |ok|FAIL|PASS)|crash-points=|kills=|points='
