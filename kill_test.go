@@ -222,7 +222,7 @@ func observeKey(db *kdb.DB, key string, want ...killState) (int, string) {
 
 type killCounts struct {
 	kills, checked, lost, ackedOps, inFlight, beforeOpen, duringOpen int
-	replayed, torn, redo, scanned                         int
+	replayed, torn, redo, scanned                                    int
 }
 
 // TestKill_RandomMoments SIGKILLs a writing child process at random moments,
