@@ -19,9 +19,10 @@ var sizes = []struct {
 	{"4GiB", 4 << 30, true},
 }
 
-// BenchmarkRecovery reopens a store after a crash that left 8 MiB of journal
-// to replay, trusting db.free or forcing the page scan. Each iteration
-// writes the journal (not timed), then times kdb.Open until it returns a
+// BenchmarkRecovery reopens a store after a real crash (a SIGKILLed writer,
+// CrashWithJournal) that left 8 MiB of journal to replay, trusting db.free
+// or forcing the page scan. Each iteration crashes a writer (not timed),
+// then times kdb.Open until it returns a
 // store that serves reads and writes: page file, free list, journal open
 // (verified from the replay position), replay. The checkpoint recovery asks
 // for runs in the background after Open returns (Options.

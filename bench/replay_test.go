@@ -15,8 +15,9 @@ import (
 	"github.com/kdb-project/kdb"
 )
 
-// BenchmarkReplay reopens a small store with 64 MiB of 1 KiB puts in the
-// journal to replay. replay-MiB/s is the journal replayed divided by the
+// BenchmarkReplay reopens a small store after a real crash (a SIGKILLed
+// writer, CrashWithJournal) with 64 MiB of 1 KiB puts in the journal to
+// replay. replay-MiB/s is the journal replayed divided by the
 // replay phase's time (reading the records after the checkpoint and
 // applying them to the index); journal-MiB/s also counts the journal's open
 // (which reads and verifies every retained segment to find the tail).

@@ -102,39 +102,3 @@ func fillStore(tb testing.TB, db *kdb.DB, size int64) {
 		}
 	}
 }
-
-// CrashWithJournal opens the store, writes journalBytes of 1 KiB puts
-// (values in the journal, synced), and closes without a checkpoint: the
-// state a crash leaves when it strikes between checkpoints, with that much
-// journal to replay. It returns the number of puts.
-func CrashWithJournal(tb testing.TB, dir string, journalBytes int64) int {
-	tb.Helper()
-	db, err := kdb.Open(dir, &kdb.Options{
-		NoCheckpointOnClose: true, CheckpointInterval: -1,
-		CheckpointBytes: 1 << 40, CheckpointDirtyPages: 1 << 20,
-	})
-	if err != nil {
-		tb.Fatal(err)
-	}
-	val := make([]byte, 1024)
-	b := kdb.NewBatch()
-	n := 0
-	for written := int64(0); written < journalBytes; {
-		b.Reset()
-		for range 256 {
-			var k [16]byte
-			binary.BigEndian.PutUint64(k[:], uint64(n))
-			binary.LittleEndian.PutUint64(val, uint64(n))
-			b.Put("replay", k[:], val)
-			n++
-			written += int64(len(val) + len(k) + 8)
-		}
-		if err := db.Write(b); err != nil {
-			tb.Fatal(err)
-		}
-	}
-	if err := db.Close(); err != nil {
-		tb.Fatal(err)
-	}
-	return n
-}
