@@ -106,19 +106,8 @@ func verifyImage(img *vfs.MemFS, e expectation, opts func(vfs.FS) *kdb.Options, 
 		return fmt.Sprintf("open: %v", err)
 	}
 	defer db.Close()
-	got, err := dbtest.Dump(db)
-	if err != nil {
-		c.failedOpens.Add(1)
-		return fmt.Sprintf("dump: %v", err)
-	}
-	if msg := e.check(got); msg != "" {
-		c.lost.Add(1)
-		return msg
-	}
-	if _, err := db.Check(); err != nil {
-		c.checkFailures.Add(1)
-		return fmt.Sprintf("check: %v", err)
-	}
+	// The free-list decision first: a wrong one shows up as lost data
+	// below, and the message should say why.
 	r := db.Recovery()
 	if r.FreeListPath == "scanned" && r.Reason == "" {
 		c.scanWithoutReason.Add(1)
@@ -137,6 +126,14 @@ func verifyImage(img *vfs.MemFS, e expectation, opts func(vfs.FS) *kdb.Options, 
 				c.idMismatch.Add(1)
 				return fmt.Sprintf("free list trusted at %s but the files say %+v", r.CheckpointID, in.FreeFiles)
 			}
+			// Which file recovery trusted is not in its report; the
+			// opener's decision on the same files (pagefile.Inspect runs
+			// the code recovery runs) must name the matching one, and
+			// recovery's free-page count must be that file's.
+			if in.TrustedFile != matching[0].Name {
+				c.idMismatch.Add(1)
+				return fmt.Sprintf("the free-list rule trusts %q, but the file that matches the meta (%s) is %s: %+v", in.TrustedFile, in.Meta.ID, matching[0].Name, in.FreeFiles)
+			}
 			if matching[0].FreePages != r.FreePages {
 				c.idMismatch.Add(1)
 				return fmt.Sprintf("free list trusted with %d free pages, but %s (the file that matches the meta) holds %d", r.FreePages, matching[0].Name, matching[0].FreePages)
@@ -147,6 +144,19 @@ func verifyImage(img *vfs.MemFS, e expectation, opts func(vfs.FS) *kdb.Options, 
 			c.scanWithoutReason.Add(1)
 			return fmt.Sprintf("free list scanned (%s) though %+v matched", r.Reason, in.FreeFiles)
 		}
+	}
+	got, err := dbtest.Dump(db)
+	if err != nil {
+		c.failedOpens.Add(1)
+		return fmt.Sprintf("dump: %v", err)
+	}
+	if msg := e.check(got); msg != "" {
+		c.lost.Add(1)
+		return msg
+	}
+	if _, err := db.Check(); err != nil {
+		c.checkFailures.Add(1)
+		return fmt.Sprintf("check: %v", err)
 	}
 	return ""
 }
@@ -322,8 +332,8 @@ func TestDB_CrashCampaign(t *testing.T) {
 		for seed := 1; seed <= seeds; seed++ {
 			runCampaign(t, cfg, uint64(seed), &c)
 		}
-		t.Logf("%s: crash-points=%d acknowledged-lost=%d failed-opens=%d check-failures=%d (second crashes during recovery: %d; free list trusted at %d points; %d seeds x %d steps x %d writers, every %d ops)",
-			cfg.name, c.points.Load(), c.lost.Load(), c.failedOpens.Load(), c.checkFailures.Load(), c.second.Load(), c.trusted.Load(), seeds, cfg.steps, cfg.writers, cfg.every)
+		t.Logf("%s: crash-points=%d acknowledged-lost=%d failed-opens=%d check-failures=%d free-list-wrong=%d (second crashes during recovery: %d; free list trusted at %d points; %d seeds x %d steps x %d writers, every %d ops)",
+			cfg.name, c.points.Load(), c.lost.Load(), c.failedOpens.Load(), c.checkFailures.Load(), c.idMismatch.Load()+c.scanWithoutReason.Load(), c.second.Load(), c.trusted.Load(), seeds, cfg.steps, cfg.writers, cfg.every)
 		if c.points.Load() < int64(cfg.steps/cfg.every) {
 			t.Errorf("%s: only %d crash points for %d steps", cfg.name, c.points.Load(), cfg.steps)
 		}
