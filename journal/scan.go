@@ -122,13 +122,19 @@ func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ er
 		return nil, 0, fmt.Errorf("journal: open %s: %w", j.dir, err)
 	case !isDir:
 		return nil, 0, fmt.Errorf("journal: open %s: not a directory", j.dir)
+	case !j.opts.ReadOnly:
+		// The directory exists, but a process that created it may have
+		// died before syncing its entry: make it durable before trusting
+		// (and appending to) what is in it.
+		if err := fsys.SyncDir(filepath.Dir(j.dir)); err != nil {
+			return nil, 0, fmt.Errorf("journal: open %s: sync parent: %w", j.dir, err)
+		}
 	}
 	names, err := fsys.ReadDir(j.dir)
 	if err != nil {
 		return nil, 0, fmt.Errorf("journal: open %s: %w", j.dir, err)
 	}
 	var ids []SegmentID
-	removedTmp := false
 	for _, n := range names {
 		if id, ok := parseSegmentName(n); ok {
 			ids = append(ids, id)
@@ -138,10 +144,12 @@ func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ er
 			if err := fsys.Remove(filepath.Join(j.dir, n)); err != nil {
 				return nil, 0, fmt.Errorf("journal: remove %s: %w", n, err)
 			}
-			removedTmp = true
 		}
 	}
-	if removedTmp {
+	if !j.opts.ReadOnly {
+		// Even when no .tmp was removed: a process that renamed a new
+		// segment into place may have died before syncing the directory,
+		// and the records this Open trusts must keep their names.
 		if err := fsys.SyncDir(j.dir); err != nil {
 			return nil, 0, fmt.Errorf("journal: sync %s: %w", j.dir, err)
 		}

@@ -769,6 +769,15 @@ func (n *memNode) crashImage(rng *rand.Rand, o CrashOptions) []byte {
 	return img
 }
 
+// ProcessCrashClone returns the state a process crash (SIGKILL, panic,
+// os.Exit) leaves now: the kernel keeps everything the process wrote, so
+// the next process sees every write, truncate and namespace change, synced
+// or not, while what a later power loss keeps is still only what was
+// synced. It is Clone under the name crash tests read: a test that crashes
+// the process, recovers in a second process and then cuts the power (the
+// clone's CrashClone) checks that recovery made durable what it trusted.
+func (m *MemFS) ProcessCrashClone() *MemFS { return m.Clone() }
+
 // Clone returns an exact copy of m: the same visible and durable
 // namespaces, file contents, synced contents and pending changes, so that
 // m.Clone().CrashClone(o) equals m.CrashClone(o). Locks are not copied.
