@@ -45,7 +45,7 @@ type viewRegistry struct {
 	// runs GC again (gcPostponed).
 	postponed bool
 	wanted    journal.SegmentID // the limit that GC lowered for them
-	gone    atomic.Bool               // Close stopped waiting: Snapshot calls return ErrClosed
+	gone      atomic.Bool       // Close stopped waiting: Snapshot calls return ErrClosed
 }
 
 // beginView registers a View, or returns ErrClosed once Close has begun.
