@@ -49,7 +49,9 @@ type Options struct {
 	SegmentSize int64
 	// Sync is the durability mode. Default: SyncAlways.
 	Sync SyncMode
-	// SyncInterval is the fsync period under SyncInterval. Default: 10ms.
+	// SyncInterval is the fsync period under SyncInterval, and under
+	// SyncAlways the longest an AckAsync stays not durable when no synced
+	// write follows it. Default: 10ms.
 	SyncInterval time.Duration
 
 	// ValueThreshold: values longer than this stay in the journal and the
