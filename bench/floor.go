@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -204,4 +206,33 @@ func interleaved(b *testing.B, m *floorMeter, n, chunk, floorOps int, work func(
 		m.run(floorOps)
 	}
 	return took, m.best()
+}
+
+// syncTimer is a file system that adds up the time spent in Sync of the
+// files whose names end in suffix (the journal's segments: ".log"), so a
+// benchmark can tell the fdatasync from everything else on its path.
+type syncTimer struct {
+	vfs.FS
+	suffix string
+	ns     atomic.Int64
+}
+
+func (s *syncTimer) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := s.FS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(strings.TrimSuffix(name, ".tmp"), s.suffix) {
+		return f, err
+	}
+	return &timedFile{File: f, ns: &s.ns}, nil
+}
+
+type timedFile struct {
+	vfs.File
+	ns *atomic.Int64
+}
+
+func (f *timedFile) Sync() error {
+	start := time.Now()
+	err := f.File.Sync()
+	f.ns.Add(int64(time.Since(start)))
+	return err
 }
