@@ -200,7 +200,7 @@ func (db *DB) lead() {
 		}
 		err = db.applyInTurn(seq, group, locs, err)
 		q.mu.Lock()
-		q.mu.linger = min(time.Since(start)/4, maxLinger)
+		q.mu.linger = min(time.Since(start)/2, maxLinger)
 		q.mu.Unlock()
 	}
 	for _, r := range group {
@@ -247,7 +247,7 @@ func (db *DB) gather() []*commitReq {
 // the writers the last fdatasync answered are usually on their way back, and without the wait they form
 // a second cohort that alternates with the first, each fdatasync carrying
 // half of them (TestDB_GroupCommitGathersAllWriters). The linger is a
-// quarter of the last group's commit time, at most maxLinger; a lone
+// half of the last group's commit time, at most maxLinger; a lone
 // writer never waits (the count it waits for is its own).
 func (db *DB) syncGroup(end journal.Location) error {
 	q := &db.cq
