@@ -299,8 +299,10 @@ func (db *DB) syncGroup(end journal.Location) error {
 	return err
 }
 
-// maxLinger bounds how long a leader waits for more writers.
-const maxLinger = time.Millisecond
+// maxLinger bounds how long a leader waits for more writers (the linger is
+// also at most half a commit); it matters only when a commit is slow (a
+// slow disk, the race detector).
+const maxLinger = 3 * time.Millisecond
 
 // applyInTurn waits until the groups written before group seq are applied,
 // then applies group (whose records lie at locs) to the index unless err
