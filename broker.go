@@ -89,7 +89,7 @@ type SubInfo struct {
 //
 // A writer holds mu while it reads the state it needs (the index, overlaid
 // by the batches submitted but not yet applied: ov), computes its batch and
-// submits it to the committer; it releases mu before waiting for the fsync,
+// submits it to the commit queue; it releases mu before waiting for the fsync,
 // so concurrent producers share fsyncs (group commit) while submission
 // order, which is journal order and apply order, is the order in which
 // their sequence numbers were assigned.

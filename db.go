@@ -45,7 +45,7 @@ type DB struct {
 	j    *journal.Journal
 
 	maxRecord int // largest journal record payload
-	maxGroup  int // largest journal batch the committer builds, in bytes
+	maxGroup  int // largest journal batch a commit leader builds, in bytes
 
 	// writeMu: Write holds it shared while its batch commits; Update holds
 	// it exclusively, so an Update's reads and writes are serializable.

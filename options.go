@@ -72,7 +72,7 @@ type Options struct {
 	// + the pages one group dirties) * PageSize. Default: 3072 (12 MiB of
 	// 4 KiB pages; writers wait at 24 MiB).
 	CheckpointDirtyPages int
-	// CommitGroupOps bounds the operations the committer gathers into one
+	// CommitGroupOps bounds the operations a commit leader gathers into one
 	// group (one journal write and fsync, one index update); a batch with
 	// more operations is committed alone. An index update decodes and
 	// dirties up to about one page per operation (random keys), so this

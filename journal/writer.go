@@ -350,7 +350,7 @@ func (j *Journal) createSegment(id SegmentID) (*segment, error) {
 	return seg, nil
 }
 
-// finish runs when the committer stops at Close: if anything was appended
+// finish runs at Close, under smu and wmu: if anything was appended
 // since the last close mark, it syncs, then writes a close mark whose synced
 // field covers every earlier byte, and syncs again.
 func (j *Journal) finish() {
