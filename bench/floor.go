@@ -12,40 +12,40 @@ import (
 	"github.com/kdb-project/kdb/internal/vfs"
 )
 
-// FileState is the state of the blocks a floor measurement appends into.
-type FileState int
+// floorState is the state of the blocks a floor measurement appends into.
+type floorState int
 
 const (
-	// Sparse: an empty file; every write extends it.
-	Sparse FileState = iota
-	// Fallocated: blocks reserved by fallocate but never written
+	// floorSparse: an empty file; every write extends it.
+	floorSparse floorState = iota
+	// floorFallocated: blocks reserved by fallocate but never written
 	// ("unwritten" extents: the file system converts them at each sync).
-	Fallocated
-	// ZeroFilled: blocks written with zeros and synced beforehand.
-	ZeroFilled
+	floorFallocated
+	// floorZeroed: blocks written with zeros and synced beforehand.
+	floorZeroed
 )
 
-func (s FileState) String() string {
+func (s floorState) String() string {
 	switch s {
-	case Sparse:
+	case floorSparse:
 		return "sparse"
-	case Fallocated:
+	case floorFallocated:
 		return "fallocated"
-	case ZeroFilled:
+	case floorZeroed:
 		return "zeroed"
 	}
-	return fmt.Sprintf("FileState(%d)", int(s))
+	return fmt.Sprintf("floorState(%d)", int(s))
 }
 
-// floorFileSize is the size of the file a floor measurement appends into.
-const floorFileSize = 8 << 20
+// floorMeterFileSize is the size of the file a floor measurement appends into.
+const floorMeterFileSize = 8 << 20
 
 // measureFloor measures what the disk allows a durable writer: ops
 // appends of size bytes at consecutive offsets of a new file under dir in
 // the given state, each followed by an fdatasync, through the same vfs.OS
 // calls the journal makes (WriteAt, then Sync: fdatasync on Linux). It
 // returns the fsyncs per second. The file is removed afterwards.
-func measureFloor(tb testing.TB, dir string, state FileState, size, ops int) float64 {
+func measureFloor(tb testing.TB, dir string, state floorState, size, ops int) float64 {
 	tb.Helper()
 	name := filepath.Join(dir, fmt.Sprintf("floor-%s.tmp", state))
 	f, err := vfs.OS.OpenFile(name, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -60,16 +60,16 @@ func measureFloor(tb testing.TB, dir string, state FileState, size, ops int) flo
 			tb.Error(err)
 		}
 	}()
-	if int64(size)*int64(ops) > floorFileSize {
-		ops = floorFileSize / size
+	if int64(size)*int64(ops) > floorMeterFileSize {
+		ops = floorMeterFileSize / size
 	}
 	switch state {
-	case Fallocated:
-		if err := f.Allocate(0, floorFileSize); err != nil {
+	case floorFallocated:
+		if err := f.Allocate(0, floorMeterFileSize); err != nil {
 			tb.Fatal(err)
 		}
-	case ZeroFilled:
-		if _, err := f.WriteAt(make([]byte, floorFileSize), 0); err != nil {
+	case floorZeroed:
+		if _, err := f.WriteAt(make([]byte, floorMeterFileSize), 0); err != nil {
 			tb.Fatal(err)
 		}
 	}
@@ -92,13 +92,6 @@ func measureFloor(tb testing.TB, dir string, state FileState, size, ops int) flo
 	return float64(ops) / time.Since(start).Seconds()
 }
 
-// bestFloor measures the fallocated and zero-filled states (ops appends of
-// size bytes each) and returns the faster one's fsyncs per second.
-func bestFloor(tb testing.TB, dir string, size, ops int) float64 {
-	tb.Helper()
-	return max(measureFloor(tb, dir, Fallocated, size, ops), measureFloor(tb, dir, ZeroFilled, size, ops))
-}
-
 // floorMeter measures the floor in slices interleaved with a benchmark's
 // own work, so that on a loaded machine both see the same disk: it keeps a
 // fallocated and a zero-filled file open and appends size bytes + an
@@ -117,17 +110,17 @@ type floorMeter struct {
 func newFloorMeter(tb testing.TB, dir string, size int) *floorMeter {
 	tb.Helper()
 	m := &floorMeter{tb: tb, size: size}
-	for i, st := range []FileState{Fallocated, ZeroFilled} {
+	for i, st := range []floorState{floorFallocated, floorZeroed} {
 		m.names[i] = filepath.Join(dir, fmt.Sprintf("floor-%s.tmp", st))
 		f, err := vfs.OS.OpenFile(m.names[i], os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			tb.Fatal(err)
 		}
 		m.files[i] = f
-		if st == Fallocated {
-			err = f.Allocate(0, floorFileSize)
+		if st == floorFallocated {
+			err = f.Allocate(0, floorMeterFileSize)
 		} else {
-			_, err = f.WriteAt(make([]byte, floorFileSize), 0)
+			_, err = f.WriteAt(make([]byte, floorMeterFileSize), 0)
 		}
 		if err == nil {
 			err = f.Sync()
@@ -140,7 +133,7 @@ func newFloorMeter(tb testing.TB, dir string, size int) *floorMeter {
 }
 
 // run appends n records to each file, each followed by an fdatasync,
-// wrapping around at floorFileSize (the blocks were written once by then
+// wrapping around at floorMeterFileSize (the blocks were written once by then
 // only in the zero-filled file, as in its state).
 func (m *floorMeter) run(n int) {
 	buf := make([]byte, m.size)
@@ -151,7 +144,7 @@ func (m *floorMeter) run(n int) {
 		off := m.off
 		start := time.Now()
 		for range n {
-			if off+int64(m.size) > floorFileSize {
+			if off+int64(m.size) > floorMeterFileSize {
 				off = 0
 			}
 			if _, err := f.WriteAt(buf, off); err != nil {
