@@ -18,9 +18,9 @@ import (
 //
 // The write path (commit.go): a batch is encoded as journal records and
 // queued; the writer at the head of the queue leads: it writes the batches
-// waiting as one journal batch, hands the lead on, waits for the fdatasync
-// that covers them, applies them to the index in journal order in one index
-// Update, and only then answers the writers. Readers see a change only once
+// waiting as one journal batch, waits for its fdatasync, hands the lead on,
+// applies them to the index in journal order in one index Update, and only
+// then answers the writers. Readers see a change only once
 // it is durable (AckAsync's acks excepted: see there).
 //
 // Lock order: writeMu → the commit queue's locks (cq) → DB.mu → (journal,
