@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -361,43 +362,57 @@ func (w *bwrite) sub(d *destRec, name string) (uint64, error) {
 	return binary.LittleEndian.Uint64(v), nil
 }
 
-// send adds m to the destination and sets m.Seq.
-func (w *bwrite) send(kind DestKind, dest string, m *Message) error {
+// checkMessage checks what the caller put in m.
+func checkMessage(m *Message) error {
 	if m == nil {
 		return fmt.Errorf("%w: nil message", ErrInvalid)
 	}
 	if err := checkName("message ID", m.ID); err != nil {
 		return err
 	}
-	if len(m.ProducerID) > MaxNameSize {
-		return fmt.Errorf("%w: producer ID of %d bytes", ErrInvalid, len(m.ProducerID))
+	switch {
+	case len(m.ProducerID) > MaxNameSize:
+		return fmt.Errorf("%w: producer ID of %d bytes (max %d)", ErrInvalid, len(m.ProducerID), MaxNameSize)
+	case m.ProducerSeq == math.MaxUint64:
+		// Stored as the producer's last, it would make every later
+		// message of the producer a duplicate.
+		return fmt.Errorf("%w: producer %q sequence %d: the largest allowed is %d", ErrInvalid, m.ProducerID, m.ProducerSeq, uint64(math.MaxUint64-1))
+	}
+	return nil
+}
+
+// send adds m to the destination and returns its sequence number. It does
+// not change m: the caller sets m.Seq once the batch is committed.
+func (w *bwrite) send(kind DestKind, dest string, m *Message) (uint64, error) {
+	if err := checkMessage(m); err != nil {
+		return 0, err
 	}
 	d, err := w.dest(kind, dest, true)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if m.ProducerID != "" {
 		v, ok, err := w.get(idTree(brokerProdPrefix, d.id), []byte(m.ProducerID))
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if ok {
 			if len(v) != 8 {
-				return fmt.Errorf("%w: broker producer %q: value of %d bytes", ErrCorrupt, m.ProducerID, len(v))
+				return 0, fmt.Errorf("%w: broker producer %q: value of %d bytes", ErrCorrupt, m.ProducerID, len(v))
 			}
 			if last := binary.LittleEndian.Uint64(v); m.ProducerSeq <= last {
-				return fmt.Errorf("%w: producer %q sequence %d (already at %d) in %s %q", ErrDuplicate, m.ProducerID, m.ProducerSeq, last, kind, dest)
+				return 0, fmt.Errorf("%w: producer %q sequence %d (already at %d) in %s %q", ErrDuplicate, m.ProducerID, m.ProducerSeq, last, kind, dest)
 			}
 		}
 	}
 	if _, ok, err := w.get(idTree(brokerIDPrefix, d.id), []byte(m.ID)); err != nil {
-		return err
+		return 0, err
 	} else if ok {
-		return fmt.Errorf("%w: message ID %q in %s %q", ErrDuplicate, m.ID, kind, dest)
+		return 0, fmt.Errorf("%w: message ID %q in %s %q", ErrDuplicate, m.ID, kind, dest)
 	}
 	enc := encodeMessage(m)
 	if len(enc) > MaxValueSize {
-		return fmt.Errorf("%w: message of %d bytes (max %d)", ErrInvalid, len(enc), MaxValueSize)
+		return 0, fmt.Errorf("%w: message of %d bytes (max %d)", ErrInvalid, len(enc), MaxValueSize)
 	}
 	seq := d.nextSeq
 	d.nextSeq++
@@ -405,15 +420,14 @@ func (w *bwrite) send(kind DestKind, dest string, m *Message) error {
 	if m.ProducerID != "" {
 		w.put(idTree(brokerProdPrefix, d.id), []byte(m.ProducerID), u64(m.ProducerSeq))
 	}
-	m.Seq = seq
 	refs := uint32(1)
 	if kind == Topic {
 		_, ids, err := w.subs(d)
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if len(ids) == 0 {
-			return nil // nobody to keep it for
+			return seq, nil // nobody to keep it for
 		}
 		refs = uint32(len(ids))
 		for _, id := range ids {
@@ -425,7 +439,7 @@ func (w *bwrite) send(kind DestKind, dest string, m *Message) error {
 	w.put(idTree(brokerIDPrefix, d.id), []byte(m.ID), u64(seq))
 	d.count++
 	d.nbytes += uint64(len(enc))
-	return nil
+	return seq, nil
 }
 
 func encodeHdr(refs, size uint32, id string) []byte {
@@ -527,7 +541,9 @@ func (db *DB) brokerWrite(exclusive bool, fn func(w *bwrite) error) error {
 // batch is not waited durable (AckAsync); exclusive operations are never
 // async.
 func (db *DB) brokerCommit(exclusive, async bool, fn func(w *bwrite) error) error {
-	db.writeMu.RLock()
+	if err := db.rlockWrite("a broker write"); err != nil {
+		return err
+	}
 	defer db.writeMu.RUnlock()
 	b := &db.broker
 	b.mu.Lock()
@@ -598,12 +614,22 @@ func (db *DB) brokerCommit(exclusive, async bool, fn func(w *bwrite) error) erro
 // the destination already, or whose producer sequence is not above the
 // producer's last one, is rejected with ErrDuplicate. On return (nil) the
 // message is durable. Concurrent Sends share fsyncs.
+//
+// Bad input (a nil message, an empty or oversized ID, a ProducerSeq of
+// math.MaxUint64, an unknown kind) is ErrInvalid. If
+// the call fails, m is left as it was: m.Seq is set only on success.
 func (db *DB) Send(kind DestKind, dest string, m *Message) (uint64, error) {
-	err := db.brokerWrite(false, func(w *bwrite) error { return w.send(kind, dest, m) })
+	var seq uint64
+	err := db.brokerWrite(false, func(w *bwrite) error {
+		var err error
+		seq, err = w.send(kind, dest, m)
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
-	return m.Seq, nil
+	m.Seq = seq
+	return seq, nil
 }
 
 // Ack removes the given messages of a queue. An unknown sequence number
@@ -858,8 +884,11 @@ func (s *Snapshot) rawGet(tree, key []byte) ([]byte, bool, error) {
 }
 
 // Read returns up to max messages of a destination in sequence order,
-// starting at sequence number from.
+// starting at sequence number from. A negative max is ErrInvalid.
 func (db *DB) Read(kind DestKind, dest string, from uint64, max int) ([]Message, error) {
+	if max < 0 {
+		return nil, fmt.Errorf("%w: Read of %d messages", ErrInvalid, max)
+	}
 	var out []Message
 	err := db.View(func(s *Snapshot) error {
 		d, err := s.destRec(kind, dest)
@@ -898,6 +927,9 @@ func (s *Snapshot) decodeMsg(k, raw []byte) (Message, error) {
 
 // GetMessage returns the message with the given ID, or ErrNotFound.
 func (db *DB) GetMessage(kind DestKind, dest, id string) (*Message, error) {
+	if err := checkName("message ID", id); err != nil {
+		return nil, err
+	}
 	var out *Message
 	err := db.View(func(s *Snapshot) error {
 		d, err := s.destRec(kind, dest)
@@ -990,8 +1022,11 @@ func (db *DB) Pending(topic, sub string) (uint64, error) {
 
 // ReadSub returns up to max messages pending for a subscription, in
 // sequence order, starting at sequence number from (0 or 1: its position,
-// the oldest message it has not acked).
+// the oldest message it has not acked). A negative max is ErrInvalid.
 func (db *DB) ReadSub(topic, sub string, from uint64, max int) ([]Message, error) {
+	if max < 0 {
+		return nil, fmt.Errorf("%w: ReadSub of %d messages", ErrInvalid, max)
+	}
 	var out []Message
 	err := db.View(func(s *Snapshot) error {
 		d, id, err := s.subID(topic, sub)

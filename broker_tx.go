@@ -46,8 +46,11 @@ func (tx *BrokerTx) Send(kind DestKind, dest string, m *Message) error {
 	if err := tx.usable(); err != nil {
 		return err
 	}
-	if m == nil {
-		return fmt.Errorf("%w: nil message", ErrInvalid)
+	if err := checkMessage(m); err != nil {
+		return err
+	}
+	if err := checkDest(kind, dest); err != nil {
+		return err
 	}
 	tx.ops = append(tx.ops, txOp{kind: txSend, dk: kind, dest: dest, msg: m})
 	return nil
@@ -56,6 +59,12 @@ func (tx *BrokerTx) Send(kind DestKind, dest string, m *Message) error {
 // Ack adds queue acks to the transaction.
 func (tx *BrokerTx) Ack(kind DestKind, dest string, seqs ...uint64) error {
 	if err := tx.usable(); err != nil {
+		return err
+	}
+	if kind != Queue {
+		return fmt.Errorf("%w: Ack is for queues; topics use AckSub", ErrInvalid)
+	}
+	if err := checkDest(kind, dest); err != nil {
 		return err
 	}
 	tx.ops = append(tx.ops, txOp{kind: txAck, dk: kind, dest: dest, seqs: append([]uint64(nil), seqs...)})
@@ -67,16 +76,27 @@ func (tx *BrokerTx) AckSub(topic, sub string, seqs ...uint64) error {
 	if err := tx.usable(); err != nil {
 		return err
 	}
+	if err := checkDest(Topic, topic); err != nil {
+		return err
+	}
+	if err := checkName("subscription name", sub); err != nil {
+		return err
+	}
 	tx.ops = append(tx.ops, txOp{kind: txAckSub, dk: Topic, dest: topic, sub: sub, seqs: append([]uint64(nil), seqs...)})
 	return nil
 }
 
-func (w *bwrite) runTx(ops []txOp) error {
+// runTx adds the transaction's operations to the batch and returns the
+// sequence numbers of its sends, in order.
+func (w *bwrite) runTx(ops []txOp) ([]uint64, error) {
+	var seqs []uint64
 	for _, o := range ops {
 		var err error
 		switch o.kind {
 		case txSend:
-			err = w.send(o.dk, o.dest, o.msg)
+			var seq uint64
+			seq, err = w.send(o.dk, o.dest, o.msg)
+			seqs = append(seqs, seq)
 		case txAck:
 			err = w.ack(o.dk, o.dest, o.seqs)
 		case txAckSub:
@@ -85,10 +105,10 @@ func (w *bwrite) runTx(ops []txOp) error {
 			err = fmt.Errorf("%w: broker transaction op %d", ErrCorrupt, o.kind)
 		}
 		if err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return seqs, nil
 }
 
 // Commit applies the transaction atomically. If any of its operations fails
@@ -103,7 +123,23 @@ func (tx *BrokerTx) Commit() error {
 	if len(tx.ops) == 0 {
 		return nil
 	}
-	return tx.db.brokerWrite(false, func(w *bwrite) error { return w.runTx(tx.ops) })
+	var seqs []uint64
+	err := tx.db.brokerWrite(false, func(w *bwrite) error {
+		var err error
+		seqs, err = w.runTx(tx.ops)
+		return err
+	})
+	if err != nil {
+		return err // the messages are left as they were: no Seq was handed out
+	}
+	i := 0
+	for _, o := range tx.ops {
+		if o.kind == txSend {
+			o.msg.Seq = seqs[i]
+			i++
+		}
+	}
+	return nil
 }
 
 // Rollback abandons the transaction: nothing of it was written.
@@ -138,7 +174,7 @@ func (tx *BrokerTx) Prepare(xid string) error {
 		if err != nil {
 			return err
 		}
-		if err := w.runTx(ops); err != nil {
+		if _, err := w.runTx(ops); err != nil {
 			return err
 		}
 		w.ops, w.own, w.dropped = nil, nil, nil
@@ -185,7 +221,7 @@ func (db *DB) CommitPrepared(xid string) error {
 		if err != nil {
 			return fmt.Errorf("prepared transaction %q: %w", xid, err)
 		}
-		if err := w.runTx(ops); err != nil {
+		if _, err := w.runTx(ops); err != nil {
 			return err
 		}
 		w.del([]byte(brokerTxTree), []byte(xid))

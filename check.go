@@ -36,10 +36,19 @@ func (db *DB) Check() (*CheckReport, error) {
 // phase "index pages" with the pages checked so far, then phase "keys" with
 // the keys walked so far, every 1,024.
 func (db *DB) CheckProgress(progress func(phase string, done uint64)) (*CheckReport, error) {
+	rep, err := db.checkProgress(progress)
+	return rep, db.staleOr(err)
+}
+
+func (db *DB) checkProgress(progress func(phase string, done uint64)) (*CheckReport, error) {
 	var pagesFn func(uint64)
 	if progress != nil {
 		pagesFn = func(n uint64) { progress("index pages", n) }
 	}
+	// After a lie of the loaded free list, pages set aside wait for the
+	// background proof: neither free nor known in use, they would look
+	// leaked.
+	db.pf.WaitFreeListProof()
 	irep, err := db.ix.CheckProgress(pagesFn)
 	if err != nil {
 		return nil, wrapErr(err)

@@ -124,14 +124,26 @@ func decodeAppMeta(b []byte) (appMeta, error) {
 }
 
 // gc removes (or archives) the journal segments that lie wholly before the
-// checkpoint's replay position and hold no value the index still refers to.
+// checkpoint's replay position, hold no value the index still refers to,
+// and lie below the floor of every running View (lifecycle.go). It never
+// waits for a View: the segments a running View may read are left to a
+// later GC.
+//
+// Why a View's floor is enough: a View registers the floor F of its start,
+// the limit of the last GC that updated it, whose index state is older than
+// the View's snapshot. Every value reference in that state is in a segment
+// >= F (that is how the limit was computed), and every reference added
+// since points to a record appended since, in a segment >= the replay
+// segment that bounded the limit. So the View's snapshot refers only to
+// segments >= F, and GC removes nothing at or above the lowest registered
+// floor. gcLimit raises the floor under the registry's lock before anything
+// is removed, so a View that begins during the removal registers a floor no
+// lower than what is being removed.
 func (db *DB) gc(applied journal.Location) error {
 	limit := applied.Segment
 	if limit <= 1 {
 		return nil
 	}
-	db.gcMu.Lock()
-	defer db.gcMu.Unlock()
 	err := db.ix.View(func(tx *index.Tx) error {
 		t, err := tx.OpenTree([]byte(segRefsTree))
 		if err != nil || t == nil {
@@ -155,7 +167,21 @@ func (db *DB) gc(applied journal.Location) error {
 	if err != nil {
 		return wrapErr(err)
 	}
+	want := limit
+	limit = db.gcLimit(limit)
 	segs := db.j.Segments()
+	if limit < want && len(segs) > 1 {
+		// A segment in [limit, want) that GC would remove is kept for a
+		// View (RemoveBefore never removes the last segment).
+		for _, s := range segs[:len(segs)-1] {
+			if s.ID >= limit && s.ID < want {
+				db.mu.Lock()
+				db.mu.stats.GCPostponed++
+				db.mu.Unlock()
+				break
+			}
+		}
+	}
 	if len(segs) == 0 || segs[0].ID >= limit {
 		return nil
 	}
@@ -170,6 +196,17 @@ func (db *DB) gc(applied journal.Location) error {
 		return wrapErr(err)
 	}
 	return nil
+}
+
+// gcAgain runs journal GC for the last checkpoint again (serialized with
+// checkpoints): the segments it kept for Views that have ended since.
+func (db *DB) gcAgain() error {
+	db.ckMu.Lock()
+	defer db.ckMu.Unlock()
+	db.mu.Lock()
+	applied := db.mu.ckApplied
+	db.mu.Unlock()
+	return db.gc(applied)
 }
 
 // kickCheckpoint wakes the checkpointer without waiting.
@@ -241,7 +278,17 @@ func (db *DB) checkpointer() {
 		case <-t.C:
 			timer = true
 		}
-		if db.Err() != nil || !db.checkpointDue(timer) {
+		if db.Err() != nil {
+			continue
+		}
+		if !db.checkpointDue(timer) {
+			if db.gcPostponed() {
+				// The View that a GC kept segments for has ended: remove
+				// them now rather than at the next checkpoint.
+				if err := db.gcAgain(); err != nil {
+					db.opts.Logger.Error("kdb: journal GC failed", "err", err)
+				}
+			}
 			continue
 		}
 		if err := db.checkpoint(); err != nil {

@@ -1,10 +1,15 @@
 package kdb
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kdb-project/kdb/index"
@@ -24,9 +29,9 @@ import (
 // it is durable (AckAsync's acks excepted: see there).
 //
 // Lock order: writeMu → the commit queue's locks (cq) → DB.mu → (journal,
-// index and page file locks). No DB lock is held
-// across an fsync except writeMu, which a writer holds while it waits for
-// its own commit.
+// index and page file locks); views.mu (the View registry, lifecycle.go)
+// is a leaf. No DB lock is held across an fsync except writeMu, which a
+// writer holds while it waits for its own commit.
 //
 // Invariants:
 //   - applied is the location of the last journal record applied to the
@@ -50,9 +55,12 @@ type DB struct {
 	// writeMu: Write holds it shared while its batch commits; Update holds
 	// it exclusively, so an Update's reads and writes are serializable.
 	writeMu sync.RWMutex
-	// gcMu: reads of values kept in the journal hold it shared; journal GC
-	// holds it while it removes segments.
-	gcMu sync.RWMutex
+	// updater is the ID of the goroutine running an Update's function, 0
+	// if none: see lifecycle.go.
+	updater atomic.Uint64
+	// views registers the running Views, for Close and journal GC: see
+	// lifecycle.go.
+	views viewRegistry
 	// ckMu serializes checkpoints.
 	ckMu sync.Mutex
 
@@ -85,8 +93,16 @@ type DB struct {
 
 // Open opens (or creates) the store in dir and recovers it: see
 // docs/DESIGN.md. opts may be nil. A second process opening the same store
-// gets ErrLocked at once.
+// gets ErrLocked at once. A ReadOnly open retries when a checkpoint of
+// the writing process spoiled its reads (see openReadOnly).
 func Open(dir string, opts *Options) (*DB, error) {
+	if opts != nil && opts.ReadOnly {
+		return openReadOnly(dir, opts)
+	}
+	return open(dir, opts)
+}
+
+func open(dir string, opts *Options) (*DB, error) {
 	o := opts.withDefaults()
 	if err := o.validate(); err != nil {
 		return nil, err
@@ -110,7 +126,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 	db.maxGroup = int(o.SegmentSize / 2)
 
 	if !o.ReadOnly {
-		if err := o.FS.MkdirAll(dir, 0o750); err != nil {
+		if err := createDir(o.FS, dir); err != nil {
 			return nil, fmt.Errorf("kdb: create %s: %w", dir, err)
 		}
 		lk, err := o.FS.Lock(filepath.Join(dir, "lock"))
@@ -121,6 +137,11 @@ func Open(dir string, opts *Options) (*DB, error) {
 			return nil, fmt.Errorf("kdb: lock %s: %w", dir, err)
 		}
 		db.lock = lk
+	}
+
+	if err := checkNotLost(o.FS, dir); err != nil {
+		db.unlock()
+		return nil, err
 	}
 
 	sync := journal.SyncAlways
@@ -140,6 +161,7 @@ func Open(dir string, opts *Options) (*DB, error) {
 			ArchiveDir: archive, ReadOnly: o.ReadOnly, Logger: o.Logger},
 		Apply:      replay.apply,
 		ReplayFrom: replayFrom,
+		Refs:       segmentRefs,
 	})
 	if err != nil {
 		db.unlock()
@@ -147,6 +169,11 @@ func Open(dir string, opts *Options) (*DB, error) {
 	}
 	db.pf, db.ix, db.j, db.applied = st.PageFile, st.Index, st.Journal, st.LastApplied
 	db.mu.recovery = newRecoveryReport(rep)
+	if err := db.noteLostValues(rep.Journal.Skipped); err != nil {
+		_ = st.Close()
+		db.unlock()
+		return nil, err
+	}
 	if err := db.setReplayRate(rep); err != nil {
 		_ = st.Close()
 		db.unlock()
@@ -181,6 +208,88 @@ func Open(dir string, opts *Options) (*DB, error) {
 	return db, nil
 }
 
+// createDir creates dir and its missing parents, and makes each new entry
+// durable (SyncDir of its parent), so that a store created under a new
+// directory tree does not vanish with it in a power loss.
+func createDir(fsys vfs.FS, dir string) error {
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		ok, err := vfs.Exists(fsys, d)
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkNotLost decides whether Open may create a new store in dir: only
+// where no store exists yet. A directory without db.data that holds what
+// only an existing store leaves (a journal segment, db.free, db.free.prev,
+// db.redo) is a store whose page file was lost: ErrCorrupt naming what is
+// missing and what remains, never a new, empty store over the old journal.
+//
+// The rule is sound for a crash during creation because creation writes
+// db.data first (header and meta, written to db.data.tmp, synced, renamed,
+// the directory synced) and every other file only after it is durable: a
+// crash before that leaves at most the lock file and db.data.tmp, which
+// count for nothing, and the store is created afresh.
+func checkNotLost(fsys vfs.FS, dir string) error {
+	data := filepath.Join(dir, "db.data")
+	exists, err := vfs.Exists(fsys, data)
+	if err != nil {
+		return fmt.Errorf("kdb: open %s: %w", dir, err)
+	}
+	if exists {
+		return nil
+	}
+	names, err := fsys.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kdb: open %s: %w", dir, err)
+	}
+	var found []string
+	var segs []journal.SegmentID
+	for _, n := range names {
+		if id, ok := journal.ParseSegmentName(n); ok {
+			segs = append(segs, id)
+		} else if n == "db.free" || n == "db.free.prev" || n == "db.redo" {
+			found = append(found, n)
+		}
+	}
+	switch {
+	case len(segs) == 1:
+		found = append([]string{segs[0].String()}, found...)
+	case len(segs) > 1:
+		slices.Sort(segs)
+		found = append([]string{fmt.Sprintf("%d journal segments %s to %s", len(segs), segs[0], segs[len(segs)-1])}, found...)
+	}
+	if len(found) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s is missing, but %s remain: an existing store lost its page file (this is not a new store; kdbtool check and repair say what can be done)",
+		ErrCorrupt, data, strings.Join(found, ", "))
+}
+
 // setReplayRate sets the replay rate used by RecoveryTimeTarget: the one
 // this recovery measured, else the one the last checkpoint recorded.
 func (db *DB) setReplayRate(rep *recovery.Report) error {
@@ -201,6 +310,70 @@ func (db *DB) setReplayRate(rep *recovery.Report) error {
 // journal record it covers.
 func replayFrom(m pagefile.Meta) journal.Location {
 	return journal.Location{Segment: journal.SegmentID(m.ReplaySegment), Offset: int64(m.ReplayOffset)}
+}
+
+// segmentRefs returns the oldest and newest journal segment holding a value
+// the index refers to (0, 0: none), from the first and last key of the
+// segment refs tree (FORMAT.md §5.4).
+func segmentRefs(ix *index.Store) (oldest, newest journal.SegmentID, err error) {
+	err = ix.View(func(tx *index.Tx) error {
+		t, err := tx.OpenTree([]byte(segRefsTree))
+		if err != nil || t == nil {
+			return err
+		}
+		c := t.Cursor()
+		seg := func(k []byte, ok bool) (journal.SegmentID, error) {
+			if err := c.Err(); err != nil || !ok {
+				return 0, err
+			}
+			if len(k) != 4 {
+				return 0, fmt.Errorf("%w: segment refs key of %d bytes", ErrCorrupt, len(k))
+			}
+			return journal.SegmentID(binary.BigEndian.Uint32(k)), nil
+		}
+		k, _, ok := c.First()
+		if oldest, err = seg(k, ok); err != nil {
+			return err
+		}
+		k, _, ok = c.Last()
+		newest, err = seg(k, ok)
+		return err
+	})
+	return oldest, newest, wrapErr(err)
+}
+
+// noteLostValues adds to each skipped journal range that is whole missing
+// segments (SkipDamagedJournal) how many values the index still refers to
+// in them: reading those is ErrCorrupt. Called by Open only.
+func (db *DB) noteLostValues(skipped []journal.Damage) error {
+	return wrapErr(db.ix.View(func(tx *index.Tx) error {
+		t, err := tx.OpenTree([]byte(segRefsTree))
+		if err != nil || t == nil {
+			return err
+		}
+		for i, d := range skipped {
+			if d.From.Offset != 0 || d.To.Offset != 0 || i >= len(db.mu.recovery.Skipped) {
+				continue
+			}
+			var n, bytes uint64
+			var k [4]byte
+			for seg := d.From.Segment; seg < d.To.Segment; seg++ {
+				binary.BigEndian.PutUint32(k[:], uint32(seg))
+				v, ok, err := t.Get(k[:])
+				if err != nil {
+					return err
+				}
+				if ok && len(v) == 16 {
+					n += binary.LittleEndian.Uint64(v)
+					bytes += binary.LittleEndian.Uint64(v[8:])
+				}
+			}
+			if n > 0 {
+				db.mu.recovery.Skipped[i] += fmt.Sprintf("; the index refers to %d values (%d bytes) kept there: reading them is ErrCorrupt", n, bytes)
+			}
+		}
+		return nil
+	}))
 }
 
 // insideDir resolves p (relative to dir, or absolute) and refuses a path that
@@ -230,8 +403,18 @@ func (db *DB) Dir() string { return db.dir }
 // Close waits for writes in progress, takes a final checkpoint (unless the
 // handle failed, is read-only, or Options.NoCheckpointOnClose), and closes
 // the files. On return everything acknowledged is durable.
+//
+// Views that begin after Close began get ErrClosed. Close waits for the
+// running ones up to Options.CloseWait (counted from its call); those still
+// running then get ErrClosed from their next Snapshot or Iter call, and the
+// page file they read stays mapped until the last of them returns: Close
+// never unmaps memory under a running View. Called inside an Update's
+// function, Close returns ErrInvalid at once.
 func (db *DB) Close() error {
-	db.writeMu.Lock()
+	deadline := time.Now().Add(db.opts.CloseWait)
+	if err := db.lockWrite("Close"); err != nil {
+		return err
+	}
 	db.mu.Lock()
 	if db.mu.closed {
 		db.mu.Unlock()
@@ -242,6 +425,7 @@ func (db *DB) Close() error {
 	failed := db.mu.err
 	db.mu.ckDone.Broadcast()
 	db.mu.Unlock()
+	db.stopViews()
 	db.writeMu.Unlock()
 
 	close(db.quit)
@@ -253,7 +437,17 @@ func (db *DB) Close() error {
 			errs = append(errs, err)
 		}
 	}
-	errs = append(errs, db.j.Close(), db.pf.Close())
+	lingering := db.closeViews(deadline, func() {
+		if err := db.pf.Close(); err != nil {
+			db.opts.Logger.Error("kdb: close db.data after the last View", "err", err)
+		}
+	})
+	errs = append(errs, db.j.Close())
+	if !lingering {
+		errs = append(errs, db.pf.Close())
+	} else {
+		db.opts.Logger.Warn("kdb: Close: Views still running after CloseWait get ErrClosed; db.data is closed when the last returns", "wait", db.opts.CloseWait)
+	}
 	db.unlock()
 	if failed != nil {
 		errs = append(errs, failed)
@@ -298,7 +492,9 @@ func (db *DB) Err() error {
 
 // Write applies the batch atomically. On return (nil) it is durable under
 // the sync mode (SyncAlways: on disk) and visible to readers. Concurrent
-// Writes share one journal write and one fsync.
+// Writes share one journal write and one fsync. Called inside an Update's
+// function (which holds the write lock), Write returns ErrInvalid at once:
+// use the Txn there.
 func (db *DB) Write(b *Batch) error {
 	if b.err != nil {
 		return b.err
@@ -306,7 +502,9 @@ func (db *DB) Write(b *Batch) error {
 	if len(b.ops) == 0 {
 		return nil
 	}
-	db.writeMu.RLock()
+	if err := db.rlockWrite("Write"); err != nil {
+		return err
+	}
 	defer db.writeMu.RUnlock()
 	return db.commit(b.ops)
 }

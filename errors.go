@@ -17,8 +17,9 @@ var (
 	ErrCorrupt = errors.New("kdb: corrupt")
 	// ErrVersionMismatch reports a file written by an unknown format version.
 	ErrVersionMismatch = errors.New("kdb: format version mismatch")
-	// ErrLocked is returned by Open when another process holds the store.
-	ErrLocked = errors.New("kdb: store is locked by another process")
+	// ErrLocked is returned by Open when the store is held by another
+	// handle: the message says whether of this process or of another one.
+	ErrLocked = errors.New("kdb: store is locked")
 	// ErrClosed is returned by calls on a closed DB.
 	ErrClosed = errors.New("kdb: closed")
 	// ErrReadOnly is returned by writing calls on a DB opened ReadOnly.
@@ -37,6 +38,11 @@ var (
 	// above its producer's last one; and by Prepare for a transaction ID
 	// already prepared.
 	ErrDuplicate = errors.New("kdb: duplicate message")
+	// ErrStale is returned by a DB opened ReadOnly when the process that
+	// writes the store checkpointed while a read ran, so that the read met
+	// pages or journal segments of a newer state: not damage. Close the
+	// handle and open it again (Open itself retries).
+	ErrStale = errors.New("kdb: the store changed under the read-only handle")
 )
 
 // wrapErr maps an error of a lower layer onto the root's sentinels, adding
@@ -45,12 +51,14 @@ func wrapErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []error{ErrCorrupt, ErrVersionMismatch, ErrLocked, ErrClosed, ErrReadOnly, ErrFailed, ErrNotFound, ErrInvalid, ErrDuplicate} {
+	for _, s := range []error{ErrCorrupt, ErrVersionMismatch, ErrLocked, ErrClosed, ErrReadOnly, ErrFailed, ErrNotFound, ErrInvalid, ErrDuplicate, ErrStale} {
 		if errors.Is(err, s) {
 			return err
 		}
 	}
 	switch {
+	case errors.Is(err, pagefile.ErrStale):
+		return fmt.Errorf("%w: %w", ErrStale, err)
 	case errors.Is(err, journal.ErrCorrupt), errors.Is(err, journal.ErrTornTail),
 		errors.Is(err, pagefile.ErrCorrupt), errors.Is(err, index.ErrCorrupt):
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)

@@ -36,7 +36,10 @@ type ExportReport struct {
 // producer audit and prepared transactions) with every key and its value,
 // values kept in the journal included, from one consistent View. The
 // engine's own bookkeeping (journal reference counts) is left out: Import
-// rebuilds it. The format is FORMAT.md §6.
+// rebuilds it. The format is FORMAT.md §6. Export is one long View: writes,
+// checkpoints and journal GC go on meanwhile (GC keeps the segments it
+// reads until it ends); if Close gives up waiting for it (Options.CloseWait)
+// it returns ErrClosed.
 func (db *DB) Export(w io.Writer) (*ExportReport, error) {
 	rep := &ExportReport{}
 	h := xxhash.New()
@@ -81,6 +84,10 @@ func (db *DB) Export(w io.Writer) (*ExportReport, error) {
 			rep.Trees++
 			c := t.Cursor()
 			for k, v, ok := c.First(); ok; k, v, ok = c.Next() {
+				// A long export may outlast Close's wait: stop cleanly.
+				if err := s.usable(); err != nil {
+					return err
+				}
 				val, err := db.resolve(v)
 				if err != nil {
 					return fmt.Errorf("tree %q key %q: %w", name, k, err)

@@ -21,6 +21,7 @@ import (
 // The kill test runs the test binary again as a child process that writes
 // to a store on the real file system and reports each operation on stdout:
 //
+//	O                          the child calls Open (recovery begins)
 //	R                          the store is open; writes begin
 //	B <g> <seq> <op> [<op>...] writer g starts its batch seq
 //	A <g> <seq>                the batch returned nil: it is acknowledged
@@ -87,6 +88,7 @@ func TestKill_Child(t *testing.T) {
 		emit("E " + strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", " "))
 		os.Exit(3)
 	}
+	emit("O")
 	db, err := kdb.Open(dir, killOptions())
 	if err != nil {
 		die("open: %v", err)
@@ -219,8 +221,8 @@ func observeKey(db *kdb.DB, key string, want ...killState) (int, string) {
 }
 
 type killCounts struct {
-	kills, checked, lost, ackedOps, inFlight, beforeReady int
-	replayed, torn, redo, scanned                         int
+	kills, checked, lost, ackedOps, inFlight, beforeOpen, duringOpen int
+	replayed, torn, redo, scanned                                    int
 }
 
 // TestKill_RandomMoments SIGKILLs a writing child process at random moments,
@@ -258,12 +260,19 @@ func TestKill_RandomMoments(t *testing.T) {
 
 	model := map[string]killState{} // latest acknowledged state of each key written
 	var c killCounts
+	openTime := 5 * time.Millisecond // the child's latest Open duration
 	start := time.Now()
 	for round := 0; round < kills; round++ {
-		lines, stderr, wasReady := killRound(t, exe, dir, seed+uint64(round)*1000003, rng)
+		kr := killRound(t, exe, dir, seed+uint64(round)*1000003, rng, openTime)
+		lines, stderr := kr.lines, kr.stderr
 		c.kills++
-		if !wasReady {
-			c.beforeReady++
+		switch {
+		case !kr.opening:
+			c.beforeOpen++
+		case !kr.ready:
+			c.duringOpen++
+		default:
+			openTime = kr.openTime
 		}
 		// Replay the child's report: the acknowledged ops update the model;
 		// each writer has at most one batch begun and not acknowledged.
@@ -389,19 +398,31 @@ func TestKill_RandomMoments(t *testing.T) {
 			t.Fatalf("round %d (%d lines from the child; recovery %+v):\n%s", round, len(lines), rep, strings.Join(problems, "\n"))
 		}
 	}
-	t.Logf("kills=%d acknowledged-checked=%d lost=%d (acknowledged ops=%d, batches in flight at a kill=%d, kills before the child's open returned=%d; recoveries that replayed=%d, truncated a torn tail=%d, applied db.redo=%d, scanned the free list=%d; %v)",
-		c.kills, c.checked, c.lost, c.ackedOps, c.inFlight, c.beforeReady, c.replayed, c.torn, c.redo, c.scanned, time.Since(start).Round(time.Millisecond))
+	t.Logf("kills=%d acknowledged-checked=%d lost=%d (acknowledged ops=%d, batches in flight at a kill=%d; kills inside the child's Open (its recovery)=%d, before it=%d; recoveries that replayed=%d, truncated a torn tail=%d, applied db.redo=%d, scanned the free list=%d; %v)",
+		c.kills, c.checked, c.lost, c.ackedOps, c.inFlight, c.duringOpen, c.beforeOpen, c.replayed, c.torn, c.redo, c.scanned, time.Since(start).Round(time.Millisecond))
 	if c.ackedOps == 0 {
 		t.Fatal("the children acknowledged nothing")
 	}
+	if c.kills >= 20 && c.duringOpen == 0 {
+		t.Fatal("no kill landed inside the child's Open: recovery was never interrupted")
+	}
 }
 
-// killRound runs one child and SIGKILLs it at a random moment: usually
-// 5-80 ms after its store is open or after a random number of
-// acknowledgements, sometimes at a random point of its start and recovery.
-// It returns the child's lines, its stderr, and whether it had opened the
-// store.
-func killRound(t *testing.T, exe, dir string, seed uint64, rng *rand.Rand) (lines []string, stderr string, ready bool) {
+// killResult is what one round saw of its child.
+type killResult struct {
+	lines    []string
+	stderr   string
+	opening  bool          // the child had begun Open ("O")
+	ready    bool          // Open had returned ("R")
+	openTime time.Duration // from "O" to "R", if ready
+}
+
+// killRound runs one child and SIGKILLs it at a random moment: in three
+// rounds of four 5-80 ms after its store is open or after a random number
+// of acknowledgements; in the fourth inside its Open, at a uniform moment
+// of the time the last Open took (openTime), or, one time in eight of
+// those, at a random point of the process's start before Open.
+func killRound(t *testing.T, exe, dir string, seed uint64, rng *rand.Rand, openTime time.Duration) killResult {
 	t.Helper()
 	cmd := exec.Command(exe, "-test.run=^TestKill_Child$", "-test.count=1")
 	cmd.Env = append(os.Environ(), killEnvDir+"="+dir, killEnvSeed+"="+strconv.FormatUint(seed, 10))
@@ -423,11 +444,20 @@ func killRound(t *testing.T, exe, dir string, seed uint64, rng *rand.Rand) (line
 		}
 	}()
 
-	var deadline <-chan time.Time
-	ackLimit := -1
-	earlyKill := rng.IntN(8) == 0
-	if earlyKill {
-		deadline = time.After(time.Duration(rng.IntN(60)) * time.Millisecond)
+	var (
+		deadline      <-chan time.Time
+		lines         []string
+		opening       bool
+		ready         bool
+		openedAt      time.Time
+		readyAfter    time.Duration
+		ackLimit      = -1
+		earlyKill     = rng.IntN(4) == 0
+		beforeOpen    = earlyKill && rng.IntN(8) == 0
+		intoOpenDelay = time.Duration(rng.Int64N(int64(max(openTime, time.Millisecond))))
+	)
+	if beforeOpen {
+		deadline = time.After(time.Duration(rng.IntN(30)) * time.Millisecond)
 	}
 	acks := 0
 	killed, exited := false, false
@@ -446,8 +476,13 @@ func killRound(t *testing.T, exe, dir string, seed uint64, rng *rand.Rand) (line
 			}
 			lines = append(lines, l)
 			switch {
+			case l == "O":
+				opening, openedAt = true, time.Now()
+				if earlyKill && !beforeOpen {
+					deadline = time.After(intoOpenDelay)
+				}
 			case l == "R":
-				ready = true
+				ready, readyAfter = true, time.Since(openedAt)
 				if !earlyKill {
 					deadline = time.After(time.Duration(5+rng.IntN(76)) * time.Millisecond)
 					if rng.IntN(3) == 0 {
@@ -474,5 +509,5 @@ func killRound(t *testing.T, exe, dir string, seed uint64, rng *rand.Rand) (line
 	if !killed {
 		t.Fatalf("the child exited by itself (%v); last lines %q; stderr:\n%s", werr, lines[max(0, len(lines)-3):], errBuf.String())
 	}
-	return lines, errBuf.String(), ready
+	return killResult{lines: lines, stderr: errBuf.String(), opening: opening, ready: ready, openTime: readyAfter}
 }

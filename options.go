@@ -39,7 +39,9 @@ type Options struct {
 	// anything: the state of the last checkpoint (a pending db.redo
 	// overlaid in memory) plus the journal written since, replayed in
 	// memory; a torn journal tail is reported, not cut. Writes return
-	// ErrReadOnly. Default: false.
+	// ErrReadOnly. Another process may write and checkpoint the store
+	// meanwhile: a read that meets its in-place writes returns ErrStale
+	// (reopen), never ErrCorrupt, and Open retries by itself. Default: false.
 	ReadOnly bool
 
 	// PageSize is the page size of a new store (ignored for an existing
@@ -110,6 +112,12 @@ type Options struct {
 	// or to have the next crash cheap from the moment Open returns.
 	// Default: false.
 	CheckpointBeforeServing bool
+	// CloseWait bounds how long Close waits for the Views (Get, View,
+	// Export, broker reads) running when it is called. Views that outlast
+	// it get ErrClosed from their next Snapshot or Iter call; the memory
+	// they read stays mapped until the last of them returns, so nothing
+	// faults. Negative: do not wait. Default: 10 s.
+	CloseWait time.Duration
 }
 
 // Limits on what callers pass in.
@@ -154,6 +162,9 @@ func (o *Options) withDefaults() Options {
 	}
 	if r.CommitGroupOps == 0 {
 		r.CommitGroupOps = 1024
+	}
+	if r.CloseWait == 0 {
+		r.CloseWait = 10 * time.Second
 	}
 	return r
 }

@@ -2,7 +2,9 @@ package kdb
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"sync/atomic"
 
 	"github.com/kdb-project/kdb/index"
 	"github.com/kdb-project/kdb/journal"
@@ -21,30 +23,52 @@ func (db *DB) Get(index string, key []byte) ([]byte, error) {
 
 // View runs fn with a consistent snapshot of the store: every write
 // acknowledged before View began, and none after. Views run concurrently
-// with each other, with writes and with checkpoints.
+// with each other, with writes and with checkpoints; a View never holds up
+// a checkpoint or journal GC (GC keeps the segments a running View may read
+// and removes them after it ends). Inside fn, Get, View, Write, Update and
+// Checkpoint all work. After Close began, View returns ErrClosed; a View
+// that outlasts Options.CloseWait gets ErrClosed from its next Snapshot or
+// Iter call.
 func (db *DB) View(fn func(s *Snapshot) error) error {
-	db.mu.Lock()
-	closed := db.mu.closed
-	db.mu.Unlock()
-	if closed {
-		return ErrClosed
+	floor, err := db.beginView()
+	if err != nil {
+		return err
 	}
-	db.gcMu.RLock()
-	defer db.gcMu.RUnlock()
-	return wrapErr(db.ix.View(func(tx *index.Tx) error {
-		return fn(&Snapshot{db: db, tx: tx})
-	}))
+	defer db.endView(floor)
+	s := &Snapshot{db: db}
+	defer s.ended.Store(true)
+	return db.staleOr(wrapErr(db.ix.View(func(tx *index.Tx) error {
+		s.tx = tx
+		return fn(s)
+	})))
 }
 
 // Snapshot is a consistent read-only view of the store, valid during the
-// View that made it. It must be used by one goroutine.
+// View that made it. It must be used by one goroutine. Used after its View
+// returned, its methods (and its iterators') return ErrInvalid and touch no
+// memory of the store.
 type Snapshot struct {
-	db *DB
-	tx *index.Tx
+	db    *DB
+	tx    *index.Tx
+	ended atomic.Bool // the View returned
+}
+
+// usable returns why s cannot be read any more, if it cannot.
+func (s *Snapshot) usable() error {
+	if s.ended.Load() {
+		return fmt.Errorf("%w: snapshot used after its View returned", ErrInvalid)
+	}
+	if s.db.views.gone.Load() {
+		return fmt.Errorf("%w: the DB was closed while this View ran", ErrClosed)
+	}
+	return nil
 }
 
 // Get returns a copy of the value of key in the named index, or ErrNotFound.
 func (s *Snapshot) Get(index string, key []byte) ([]byte, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
 	t, err := s.tx.OpenTree(userTree(index))
 	if err != nil {
 		return nil, err
@@ -64,6 +88,9 @@ func (s *Snapshot) Get(index string, key []byte) ([]byte, error) {
 
 // Len returns the number of keys in the named index, without a scan.
 func (s *Snapshot) Len(index string) (uint64, error) {
+	if err := s.usable(); err != nil {
+		return 0, err
+	}
 	t, err := s.tx.OpenTree(userTree(index))
 	if err != nil || t == nil {
 		return 0, err
@@ -73,6 +100,9 @@ func (s *Snapshot) Len(index string) (uint64, error) {
 
 // Indexes returns the names of the indexes, in order.
 func (s *Snapshot) Indexes() ([]string, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
 	names, err := s.tx.Trees()
 	if err != nil {
 		return nil, err
@@ -90,6 +120,10 @@ func (s *Snapshot) Indexes() ([]string, error) {
 // index does not exist).
 func (s *Snapshot) Iter(index string) *Iter {
 	it := &Iter{s: s}
+	if err := s.usable(); err != nil {
+		it.err = err
+		return it
+	}
 	t, err := s.tx.OpenTree(userTree(index))
 	switch {
 	case err != nil:
@@ -101,7 +135,11 @@ func (s *Snapshot) Iter(index string) *Iter {
 }
 
 // Iter walks an index in key order, forward or backward. Key and Value are
-// valid until the next move or the end of the View.
+// valid until the next move or the end of the View (copy them to keep them):
+// while the View runs, the memory they point into stays mapped, even if
+// Close gives up waiting for it. Used after its View returned, or after
+// Close gave up waiting for the View, its moves return false, Key and Value
+// return nil, and Err says why.
 type Iter struct {
 	s        *Snapshot
 	c        *index.Cursor
@@ -118,9 +156,31 @@ func (it *Iter) set(k, v []byte, ok bool) bool {
 	return ok
 }
 
+// move reports whether the iterator may step: it has a cursor and its
+// snapshot is still readable (else the reason becomes Err).
+func (it *Iter) move() bool {
+	if it.c == nil {
+		return false
+	}
+	return it.readable()
+}
+
+// readable reports whether the snapshot may still be read; if not, the
+// iterator is exhausted and Err says why.
+func (it *Iter) readable() bool {
+	if err := it.s.usable(); err != nil {
+		if it.err == nil {
+			it.err = err
+		}
+		it.set(nil, nil, false)
+		return false
+	}
+	return true
+}
+
 // First moves to the smallest key.
 func (it *Iter) First() bool {
-	if it.c == nil {
+	if !it.move() {
 		return false
 	}
 	return it.set(it.c.First())
@@ -128,7 +188,7 @@ func (it *Iter) First() bool {
 
 // Last moves to the largest key.
 func (it *Iter) Last() bool {
-	if it.c == nil {
+	if !it.move() {
 		return false
 	}
 	return it.set(it.c.Last())
@@ -136,7 +196,7 @@ func (it *Iter) Last() bool {
 
 // Seek moves to the smallest key >= key.
 func (it *Iter) Seek(key []byte) bool {
-	if it.c == nil {
+	if !it.move() {
 		return false
 	}
 	return it.set(it.c.Seek(key))
@@ -144,7 +204,7 @@ func (it *Iter) Seek(key []byte) bool {
 
 // Next moves to the next key.
 func (it *Iter) Next() bool {
-	if it.c == nil || !it.ok {
+	if !it.ok || !it.move() {
 		return false
 	}
 	return it.set(it.c.Next())
@@ -152,19 +212,24 @@ func (it *Iter) Next() bool {
 
 // Prev moves to the previous key.
 func (it *Iter) Prev() bool {
-	if it.c == nil || !it.ok {
+	if !it.ok || !it.move() {
 		return false
 	}
 	return it.set(it.c.Prev())
 }
 
 // Key returns the current key.
-func (it *Iter) Key() []byte { return it.key }
+func (it *Iter) Key() []byte {
+	if !it.ok || !it.readable() {
+		return nil
+	}
+	return it.key
+}
 
 // Value returns the current value (a copy if it was kept in the journal). On
 // error it returns nil and Err reports it.
 func (it *Iter) Value() []byte {
-	if !it.ok {
+	if !it.ok || !it.readable() {
 		return nil
 	}
 	if len(it.raw) > 0 && it.raw[0] == valInline {
@@ -181,7 +246,8 @@ func (it *Iter) Value() []byte {
 func (it *Iter) Err() error { return wrapErr(it.err) }
 
 // resolve returns a copy of the value that the index value v stands for.
-// The caller must hold db.gcMu shared.
+// The caller must run inside a View (db.View), whose registration keeps
+// the journal segment it reads (see lifecycle.go).
 func (db *DB) resolve(v []byte) ([]byte, error) {
 	if len(v) == 0 {
 		return nil, fmt.Errorf("%w: empty index value", ErrCorrupt)
@@ -199,6 +265,16 @@ func (db *DB) resolve(v []byte) ([]byte, error) {
 		}
 		size := int(binary.LittleEndian.Uint32(v[13:]))
 		rec, err := db.j.Read(loc)
+		if err != nil && db.views.gone.Load() {
+			// Close closed the journal under a View that outlasted
+			// CloseWait.
+			return nil, fmt.Errorf("%w: value at %s: %w", ErrClosed, loc, err)
+		}
+		if errors.Is(err, journal.ErrNotFound) {
+			// The index refers to it, so it existed: lost (a missing
+			// segment, skipped by SkipDamagedJournal).
+			return nil, fmt.Errorf("%w: the index refers to a value at %s, which the journal no longer holds: %w", ErrCorrupt, loc, err)
+		}
 		if err != nil {
 			return nil, wrapErr(fmt.Errorf("kdb: value at %s: %w", loc, err))
 		}

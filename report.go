@@ -15,6 +15,20 @@ type RecoveryReport struct {
 	Reason       string
 	PagesScanned uint64
 	FreePages    uint64
+	// FreeListLied reports that the trusted free list listed pages in use:
+	// every page taken from a list loaded from db.free is first proven free
+	// on disk (stamped PageFree by the checkpoint that freed it), and
+	// FreeListLies pages failed that proof, the first FreeListLiedPage
+	// (FreeListLieReason says what it held). None of them was written:
+	// nothing acknowledged is lost or changed. The rest of the list was
+	// set aside and proven in the background; checkpoints write no db.free
+	// until that is done, so a reopen meanwhile rebuilds the list by a
+	// scan. It is updated while the store runs: a lie shows when a page is
+	// first used, during replay or later.
+	FreeListLied      bool
+	FreeListLies      uint64
+	FreeListLiedPage  uint64
+	FreeListLieReason string
 	// CheckpointID is the checkpoint the store was opened at.
 	CheckpointID string
 	// RedoApplied reports that db.redo completed an interrupted
@@ -41,8 +55,8 @@ type RecoveryReport struct {
 
 	PageFileTime   time.Duration // meta, redo and free list
 	FreeListTime   time.Duration // of which the free list
-	JournalTime    time.Duration // journal open: segment scan and tail repair
-	ReplayTime     time.Duration
+	JournalTime    time.Duration // journal open: segments, headers, the tail found and synced
+	ReplayTime     time.Duration // reading, verifying and applying the records replayed (one pass, in the journal's open)
 	CheckpointTime time.Duration // the background checkpoint, once done
 	TotalTime      time.Duration // Open's recovery, until it serves
 }
@@ -69,6 +83,10 @@ func newRecoveryReport(r *recovery.Report) RecoveryReport {
 	if r.Journal.TornBytesTruncated > 0 {
 		out.TornAt = r.Journal.TornAt.String()
 	}
+	if p := r.FreeListProof; p.Lies > 0 {
+		out.FreeListLied, out.FreeListLies = true, p.Lies
+		out.FreeListLiedPage, out.FreeListLieReason = uint64(p.FirstLie), p.LieReason
+	}
 	for _, d := range r.Journal.Skipped {
 		out.Skipped = append(out.Skipped, d.From.String()+".."+d.To.String()+": "+d.Reason)
 	}
@@ -79,6 +97,7 @@ func newRecoveryReport(r *recovery.Report) RecoveryReport {
 func (r RecoveryReport) logAttrs() []any {
 	return []any{
 		"free_list_path", r.FreeListPath, "reason", r.Reason, "pages_scanned", r.PagesScanned,
+		"free_list_lied", r.FreeListLied,
 		"checkpoint", r.CheckpointID, "redo_applied", r.RedoApplied,
 		"records_replayed", r.RecordsReplayed, "bytes_truncated", r.TornBytesTruncated,
 		"duration", r.TotalTime,

@@ -23,6 +23,12 @@ type Stats struct {
 	JournalRecords  int64
 	JournalSegments int    // segments on disk now
 	SegmentsRemoved uint64 // removed or archived by journal GC since Open
+	// GCPostponed counts the journal GCs that left segments they could
+	// otherwise remove because a running View may still read them; the
+	// first GC after that View ends removes them. Views is the number of
+	// Views running now (Get, View, Update, Export, broker reads).
+	GCPostponed uint64
+	Views       int
 
 	DirtyPages int // pages changed since the last checkpoint
 	// HeldPages is the number of page images held in memory for
@@ -32,6 +38,15 @@ type Stats struct {
 	HeldPages int
 	FreePages uint64 // pages on the free list
 	PageCount uint64 // pages in db.data, including the header and meta pages
+
+	// FreeListProven counts the pages of the free list loaded from db.free
+	// that were proven free on disk before their first use; FreeListLies
+	// those that failed the proof (they were in use: never written, see
+	// RecoveryReport.FreeListLied); FreeListHeld the loaded pages held out
+	// of allocation until the background proof after a lie gets to them.
+	FreeListProven uint64
+	FreeListLies   uint64
+	FreeListHeld   uint64
 
 	// PinnedSegments and PinnedBytes are the journal segments wholly
 	// before the last checkpoint's replay position, kept only because a
@@ -59,9 +74,12 @@ func (db *DB) Stats() Stats {
 	s.DirtyPages = db.pf.DirtyCount()
 	s.HeldPages = db.pf.HeldPages()
 	s.FreePages = db.pf.FreeCount()
+	p := db.pf.FreeListProof()
+	s.FreeListProven, s.FreeListLies, s.FreeListHeld = p.Proven, p.Lies, p.Quarantined
 	s.PageCount = uint64(db.pf.PageCount())
 	s.Recovery = db.Recovery()
 	s.PinnedSegments, s.PinnedBytes = db.pinned()
+	s.Views = db.runningViews()
 	s.Compactions, s.CompactedValues = db.broker.compactions.Load(), db.broker.movedValues.Load()
 	return s
 }
@@ -72,5 +90,9 @@ func (db *DB) Recovery() RecoveryReport {
 	defer db.mu.Unlock()
 	r := db.mu.recovery
 	r.Skipped = append([]string(nil), r.Skipped...)
+	if p := db.pf.FreeListProof(); p.Lies > 0 {
+		r.FreeListLied, r.FreeListLies = true, p.Lies
+		r.FreeListLiedPage, r.FreeListLieReason = uint64(p.FirstLie), p.LieReason
+	}
 	return r
 }

@@ -18,9 +18,18 @@ type Txn struct {
 // runs, and fn's writes commit atomically when it returns nil (and are then
 // durable). If fn returns an error nothing is written. Updates run one at a
 // time; concurrent blind writes belong in Write.
+//
+// Inside fn, Get, View and Checkpoint work (Get and View see the committed
+// state, without fn's writes); Update, Write, Put, Delete, the broker's
+// writes and Close, which would wait for this Update to end, return
+// ErrInvalid at once (see lifecycle.go).
 func (db *DB) Update(fn func(tx *Txn) error) error {
-	db.writeMu.Lock()
+	if err := db.lockWrite("Update"); err != nil {
+		return err
+	}
 	defer db.writeMu.Unlock()
+	db.updater.Store(goid())
+	defer db.updater.Store(0)
 	db.mu.Lock()
 	err := db.writableLocked()
 	db.mu.Unlock()

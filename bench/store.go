@@ -1,11 +1,18 @@
 package bench
 
 import (
+	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -103,18 +110,71 @@ func fillStore(tb testing.TB, db *kdb.DB, size int64) {
 	}
 }
 
-// CrashWithJournal opens the store, writes journalBytes of 1 KiB puts
-// (values in the journal, synced), and closes without a checkpoint: the
-// state a crash leaves when it strikes between checkpoints, with that much
-// journal to replay. It returns the number of puts.
+// Environment of the crash writer child (TestCrashWriterChild).
+const (
+	crashEnvDir   = "KDB_BENCH_CRASH_DIR"
+	crashEnvBytes = "KDB_BENCH_CRASH_BYTES"
+)
+
+// CrashWithJournal leaves the store in dir as a process crash between
+// checkpoints leaves it, with journalBytes of journal to replay: it runs
+// this test binary again as a child (TestCrashWriterChild) that opens the
+// store, writes journalBytes of 1 KiB puts (values in the journal, each
+// batch synced, no checkpoint), says so once the last batch is
+// acknowledged, and is then killed with SIGKILL. So the next Open finds what
+// a real crash leaves: no close mark, the tail not checked by a Close, the
+// lock file behind, and a page file that knows nothing of the journal
+// written. It returns the number of puts.
 func CrashWithJournal(tb testing.TB, dir string, journalBytes int64) int {
 	tb.Helper()
-	db, err := kdb.Open(dir, &kdb.Options{
-		NoCheckpointOnClose: true, CheckpointInterval: -1,
-		CheckpointBytes: 1 << 40, CheckpointDirtyPages: 1 << 20,
-	})
+	cmd := exec.Command(os.Args[0], "-test.run=^TestCrashWriterChild$", "-test.count=1")
+	cmd.Env = append(os.Environ(), crashEnvDir+"="+dir, crashEnvBytes+"="+strconv.FormatInt(journalBytes, 10))
+	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		tb.Fatal(err)
+	}
+	defer stdin.Close() // the child exits when its stdin closes, should the kill fail
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		tb.Fatal(err)
+	}
+	sc := bufio.NewScanner(stdout)
+	n, ok := 0, false
+	for sc.Scan() {
+		if rest, found := strings.CutPrefix(sc.Text(), "acknowledged "); found {
+			n, err = strconv.Atoi(rest)
+			ok = err == nil
+			break
+		}
+	}
+	killErr := cmd.Process.Kill() // SIGKILL
+	werr := cmd.Wait()
+	if !ok {
+		tb.Fatalf("crash writer child did not finish its writes (%v): %s", werr, stderr.String())
+	}
+	if killErr != nil {
+		tb.Fatalf("kill the crash writer child: %v", killErr)
+	}
+	if st, isExit := werr.(*exec.ExitError); !isExit || st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		tb.Fatalf("crash writer child ended with %v, want killed by SIGKILL: %s", werr, stderr.String())
+	}
+	return n
+}
+
+// crashWriter is the body of the crash writer child: it opens dir, writes
+// journalBytes of 1 KiB puts, prints "acknowledged <n>" and waits for its
+// stdin to close (it is killed first) without closing the store.
+func crashWriter(dir string, journalBytes int64) error {
+	db, err := kdb.Open(dir, &kdb.Options{
+		CheckpointInterval: -1, CheckpointBytes: 1 << 40, CheckpointDirtyPages: 1 << 20,
+	})
+	if err != nil {
+		return err
 	}
 	val := make([]byte, 1024)
 	b := kdb.NewBatch()
@@ -130,11 +190,12 @@ func CrashWithJournal(tb testing.TB, dir string, journalBytes int64) int {
 			written += int64(len(val) + len(k) + 8)
 		}
 		if err := db.Write(b); err != nil {
-			tb.Fatal(err)
+			return err
 		}
 	}
-	if err := db.Close(); err != nil {
-		tb.Fatal(err)
+	if _, err := fmt.Fprintf(os.Stdout, "acknowledged %d\n", n); err != nil {
+		return err
 	}
-	return n
+	_, _ = io.Copy(io.Discard, os.Stdin)
+	return errors.New("stdin closed before the kill")
 }

@@ -173,6 +173,9 @@ func TestStore_CrashDuringCheckpoint(t *testing.T) {
 				if _, err := s.Check(); err != nil {
 					t.Fatalf("k=%d: Check after checkpoint: %v", k, err)
 				}
+				if p := pf.FreeListProof(); p.Lies != 0 {
+					t.Fatalf("k=%d: the recovered free list lied: %+v", k, p)
+				}
 				if err := pf.Close(); err != nil {
 					t.Fatal(err)
 				}

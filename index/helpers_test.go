@@ -49,6 +49,10 @@ func (e *env) open() {
 
 func (e *env) close() {
 	e.t.Helper()
+	// A free list written by a checkpoint never fails its proof.
+	if p := e.pf.FreeListProof(); p.Lies != 0 {
+		e.t.Fatalf("the free list lied: %+v", p)
+	}
 	if err := e.pf.Close(); err != nil {
 		e.t.Fatalf("Close: %v", err)
 	}

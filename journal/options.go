@@ -72,6 +72,38 @@ type Options struct {
 	// not a verifying batch end, its segment is verified from its start.
 	// Ignored with SkipDamaged. Default: the zero Location (verify all).
 	VerifyFrom Location
+	// Need is the range of segments the caller's state requires: its
+	// replay position's segment and the segments holding records it still
+	// refers to. If the journal has any segment it must begin at or before
+	// Need.First, and it must reach Need.Last; else Open fails with an
+	// error wrapping ErrCorrupt that names the missing segments (a gap
+	// between two segments is always ErrCorrupt). With SkipDamaged the
+	// missing segments are listed in OpenReport.Skipped instead, and their
+	// ids are never reused: a new segment is numbered after Need.Last.
+	// Default: the zero Need, no requirement.
+	Need Need
+	// Deliver, if set, receives during Open's own verifying pass every
+	// user record after VerifyFrom (strictly after it; every record if
+	// VerifyFrom is zero), in journal order, so that a caller replaying the
+	// journal need not read it a second time. A batch is delivered only
+	// once its end frame has verified, whole, and never in part; internal
+	// records are not delivered. The payload aliases Open's read buffer and
+	// is valid only until Deliver returns. An error from Deliver fails Open
+	// with that error.
+	//
+	// Open can still fail after it has delivered records (damage found
+	// further on, a later segment missing, a failed sync of the tail): the
+	// caller must keep what it built from them private until Open returns
+	// successfully, and discard it otherwise. On success every delivered
+	// record is durable (unless ReadOnly: the tail Open found is synced
+	// before it returns).
+	//
+	// With Deliver set and a non-zero VerifyFrom, Open also checks that
+	// VerifyFrom is a record of the journal: its segment must exist
+	// (ErrNotFound otherwise), and if it lies within the segment's records,
+	// a frame must begin there (ErrCorrupt otherwise, unless SkipDamaged).
+	// Default: nil.
+	Deliver func(loc Location, r Record) error
 	// ArchiveDir, if set, makes RemoveBefore move segments into this
 	// directory instead of deleting them. Default: "" (delete).
 	ArchiveDir string
@@ -82,6 +114,12 @@ type Options struct {
 	// Logger receives events that have no caller to report to (a failed
 	// background sync). Default: nil, silent.
 	Logger *slog.Logger
+}
+
+// Need is a range of segments that must exist (Options.Need). A zero bound
+// requires nothing.
+type Need struct {
+	First, Last SegmentID
 }
 
 const (

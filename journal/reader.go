@@ -74,6 +74,11 @@ type chunkReader struct {
 	size int64 // bytes of the segment readable through this reader
 	buf  []byte
 	off  int64 // segment offset of buf[0]
+	// keep, if positive, is an offset before the reads to come that a
+	// refill keeps in the window when the window can hold both (the first
+	// record of a batch still to be delivered), so delivering the batch
+	// does not read it again.
+	keep int64
 }
 
 // at returns the bytes [off, off+n) clipped to size. The slice is valid
@@ -88,20 +93,24 @@ func (r *chunkReader) at(off int64, n int) ([]byte, error) {
 	if off >= r.off && off+int64(n) <= r.off+int64(len(r.buf)) {
 		return r.buf[off-r.off : off-r.off+int64(n)], nil
 	}
-	w := max(n, readChunk)
-	if rem := r.size - off; int64(w) > rem {
+	start := off
+	if r.keep > 0 && r.keep < off && off+int64(n)-r.keep <= readChunk {
+		start = r.keep
+	}
+	w := max(int(off-start)+n, readChunk)
+	if rem := r.size - start; int64(w) > rem {
 		w = int(rem)
 	}
 	if cap(r.buf) < w {
 		r.buf = make([]byte, w)
 	}
 	r.buf = r.buf[:w]
-	r.off = off
-	if err := r.seg.readAt(r.buf, off); err != nil {
+	r.off = start
+	if err := r.seg.readAt(r.buf, start); err != nil {
 		r.buf = r.buf[:0]
 		return nil, err
 	}
-	return r.buf[:n], nil
+	return r.buf[off-start : off-start+int64(n)], nil
 }
 
 // Read returns the acknowledged record at loc, verifying its checksum. The

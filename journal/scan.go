@@ -59,6 +59,26 @@ func Open(dir string, opts Options) (*Journal, *OpenReport, error) {
 // the first segment of an empty journal.
 func (j *Journal) startWriter(segs []*segment, nextID SegmentID) error {
 	w := &j.w
+	if len(segs) > 0 && nextID > segs[len(segs)-1].id+1 {
+		// Segments after the last one are missing (Options.Need, with
+		// SkipDamaged): continue in a new segment after them, so that no
+		// id the caller refers to names a different segment.
+		last := segs[len(segs)-1]
+		seg, err := j.createSegment(nextID)
+		if err != nil {
+			return err
+		}
+		if !last.sealed {
+			if err := last.f.Sync(); err != nil {
+				return fmt.Errorf("journal: sync %s: %w", last.id, err)
+			}
+		}
+		j.mu.segs = append(segs, seg)
+		j.mu.tail = Location{seg.id, seg.end}
+		j.mu.err = nil
+		w.seg, w.off, w.synced, w.prev, w.prevOff, w.alloc = seg, segHeaderSize, segHeaderSize, seg.seed, -1, seg.size
+		return nil
+	}
 	if len(segs) == 0 {
 		seg, err := j.createSegment(nextID)
 		if err != nil {
@@ -87,7 +107,7 @@ func (j *Journal) startWriter(segs []*segment, nextID SegmentID) error {
 // scanAll opens and verifies every segment of the directory. It returns the
 // segments kept (open) and the id the next new segment takes if none is
 // kept.
-func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
+func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ error) {
 	fsys := j.opts.FS
 	_, isDir, err := fsys.Stat(j.dir)
 	switch {
@@ -102,13 +122,19 @@ func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
 		return nil, 0, fmt.Errorf("journal: open %s: %w", j.dir, err)
 	case !isDir:
 		return nil, 0, fmt.Errorf("journal: open %s: not a directory", j.dir)
+	case !j.opts.ReadOnly:
+		// The directory exists, but a process that created it may have
+		// died before syncing its entry: make it durable before trusting
+		// (and appending to) what is in it.
+		if err := fsys.SyncDir(filepath.Dir(j.dir)); err != nil {
+			return nil, 0, fmt.Errorf("journal: open %s: sync parent: %w", j.dir, err)
+		}
 	}
 	names, err := fsys.ReadDir(j.dir)
 	if err != nil {
 		return nil, 0, fmt.Errorf("journal: open %s: %w", j.dir, err)
 	}
 	var ids []SegmentID
-	removedTmp := false
 	for _, n := range names {
 		if id, ok := parseSegmentName(n); ok {
 			ids = append(ids, id)
@@ -118,18 +144,34 @@ func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
 			if err := fsys.Remove(filepath.Join(j.dir, n)); err != nil {
 				return nil, 0, fmt.Errorf("journal: remove %s: %w", n, err)
 			}
-			removedTmp = true
 		}
 	}
-	if removedTmp {
+	if !j.opts.ReadOnly {
+		// Even when no .tmp was removed: a process that renamed a new
+		// segment into place may have died before syncing the directory,
+		// and the records this Open trusts must keep their names.
 		if err := fsys.SyncDir(j.dir); err != nil {
 			return nil, 0, fmt.Errorf("journal: sync %s: %w", j.dir, err)
 		}
 	}
 	sort.Slice(ids, func(a, b int) bool { return ids[a] < ids[b] })
 	rep.Segments = len(ids)
+	missing, err := j.missingNeeded(ids)
+	if err != nil {
+		return nil, 0, err
+	}
+	rep.Skipped = append(rep.Skipped, missing...)
 	var segs []*segment
-	nextID := SegmentID(1)
+	nextID = SegmentID(1)
+	defer func() {
+		if n := j.opts.Need.Last; len(missing) > 0 && nextID <= n {
+			nextID = n + 1 // never reuse the id of a missing segment
+		}
+	}()
+	var dl *deliverer
+	if j.opts.Deliver != nil {
+		dl = &deliverer{fn: j.opts.Deliver, from: j.opts.VerifyFrom}
+	}
 	for i, id := range ids {
 		if i > 0 && id != ids[i-1]+1 {
 			d := Damage{From: Location{ids[i-1] + 1, 0}, To: Location{id, 0},
@@ -144,9 +186,9 @@ func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
 		var err error
 		switch from := j.opts.VerifyFrom; {
 		case j.opts.SkipDamaged || from.IsZero() || id > from.Segment || last && id < from.Segment:
-			seg, err = j.scanSegment(id, last, segHeaderSize, rep)
+			seg, err = j.scanSegment(id, last, segHeaderSize, rep, dl)
 		case id == from.Segment:
-			seg, err = j.scanSegment(id, last, from.Offset, rep)
+			seg, err = j.scanSegment(id, last, from.Offset, rep, dl)
 		default:
 			seg, err = j.openUnverified(id)
 			rep.Unverified++
@@ -161,7 +203,113 @@ func (j *Journal) scanAll(rep *OpenReport) ([]*segment, SegmentID, error) {
 		}
 		segs = append(segs, seg)
 	}
+	if dl != nil {
+		if err := dl.checkFrom(segs, j.opts.SkipDamaged); err != nil {
+			return segs, 0, err
+		}
+	}
 	return segs, nextID, nil
+}
+
+// missingNeeded checks the segments found (ids, ascending) against
+// Options.Need: it returns the missing ones as Damage if SkipDamaged, else
+// an error wrapping ErrCorrupt that names them.
+func (j *Journal) missingNeeded(ids []SegmentID) ([]Damage, error) {
+	need := j.opts.Need
+	var ds []Damage
+	gone := func(from, to SegmentID, why string) {
+		ds = append(ds, Damage{From: Location{from, 0}, To: Location{to + 1, 0},
+			Reason: fmt.Sprintf("segments %s to %s are missing: %s", from, to, why)})
+	}
+	switch {
+	case len(ids) == 0 && need.Last != 0:
+		first := need.First
+		if first == 0 || first > need.Last {
+			first = need.Last
+		}
+		gone(first, need.Last, fmt.Sprintf("the journal has no segment, but the store needs %s to %s", first, need.Last))
+	case len(ids) == 0:
+	default:
+		if need.First != 0 && ids[0] > need.First {
+			gone(need.First, ids[0]-1, fmt.Sprintf("the journal begins at %s, but the store needs it from %s", ids[0], need.First))
+		}
+		if last := ids[len(ids)-1]; need.Last != 0 && last < need.Last {
+			gone(last+1, need.Last, fmt.Sprintf("the journal ends at %s, but the store refers to %s", last, need.Last))
+		}
+	}
+	if len(ds) > 0 && !j.opts.SkipDamaged {
+		return nil, fmt.Errorf("%w: %s: %s", ErrCorrupt, ds[0].From, ds[0].Reason)
+	}
+	return ds, nil
+}
+
+// deliverer passes the records Open verifies to Options.Deliver: those
+// after from, a batch at a time once its end frame verified.
+type deliverer struct {
+	fn      func(Location, Record) error
+	from    Location
+	fromHit bool // a verifying frame began at from
+	batch   []pendingRec
+}
+
+// pendingRec is a record of the batch being verified, delivered when the
+// batch's end frame verifies.
+type pendingRec struct {
+	loc Location
+	typ RecordType
+	n   int // payload length
+}
+
+// add notes the verified frame h at loc as part of the current batch (a
+// batch-begin frame first drops whatever an unfinished batch left).
+func (d *deliverer) add(loc Location, h recHeader) {
+	if loc == d.from {
+		d.fromHit = true
+	}
+	if h.flags&flagBatchBegin != 0 {
+		d.batch = d.batch[:0]
+	}
+	if h.typ < MinReservedType && d.from.Less(loc) {
+		d.batch = append(d.batch, pendingRec{loc, h.typ, int(h.length)})
+	}
+}
+
+// flush delivers the current batch, whose end frame verified, reading the
+// payloads through r (again only if the batch spans r's windows).
+func (d *deliverer) flush(r *chunkReader) error {
+	for _, p := range d.batch {
+		pb, err := r.at(p.loc.Offset+recHeaderSize, p.n)
+		if err != nil {
+			return err
+		}
+		if err := d.fn(p.loc, Record{Type: p.typ, Payload: pb}); err != nil {
+			return err
+		}
+	}
+	d.batch = d.batch[:0]
+	return nil
+}
+
+// checkFrom checks that the replay position is a record of the journal:
+// its segment was kept and, if it lies within the segment's records, a
+// verifying frame began there.
+func (d *deliverer) checkFrom(segs []*segment, skipDamaged bool) error {
+	if d.from.IsZero() {
+		return nil
+	}
+	for _, s := range segs {
+		if s.id != d.from.Segment {
+			continue
+		}
+		if !skipDamaged && !d.fromHit && d.from.Offset < s.end {
+			return fmt.Errorf("%w: %s: the replay position is not a record", ErrCorrupt, d.from)
+		}
+		return nil
+	}
+	if skipDamaged {
+		return nil // listed in OpenReport.Skipped (Options.Need); replay resumes at the next segment present
+	}
+	return fmt.Errorf("%w: %s: the replay position's segment is missing", ErrNotFound, d.from)
 }
 
 // openFile opens the file of segment id (read-only if the journal is).
@@ -209,7 +357,7 @@ func (j *Journal) openUnverified(id SegmentID) (*segment, error) {
 // scanSegment opens and verifies one segment, its records from startOff on
 // (see scanRecords). It returns nil (and no error) for a last segment whose
 // header was never completed, after removing it (unless ReadOnly).
-func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *OpenReport) (*segment, error) {
+func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *OpenReport, d *deliverer) (*segment, error) {
 	fsys := j.opts.FS
 	seg, err := j.openFile(id)
 	if err != nil {
@@ -275,7 +423,7 @@ func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *Open
 		return seg, nil
 	}
 	seg.seed = h.seed
-	res, err := j.scanRecords(seg, r, last, startOff, rep)
+	res, err := j.scanRecords(seg, r, last, startOff, rep, d)
 	if err != nil {
 		return nil, err
 	}
@@ -295,7 +443,7 @@ func (j *Journal) verifySegment(seg *segment) error {
 	}
 	// INVARIANT: an unverified segment is never the last one, so nothing
 	// writes to it and seg.size is fixed.
-	res, err := j.scanRecords(seg, &chunkReader{seg: seg, size: seg.size}, false, segHeaderSize, &OpenReport{})
+	res, err := j.scanRecords(seg, &chunkReader{seg: seg, size: seg.size}, false, segHeaderSize, &OpenReport{}, nil)
 	if err != nil {
 		return err
 	}
@@ -373,8 +521,11 @@ func (j *Journal) batchEndAt(r *chunkReader, id SegmentID, seed uint64, off int6
 // scanRecords walks the frames of seg and returns where they end; it
 // truncates a torn tail of the last segment. It starts at startOff if the
 // frame there verifies and ends a batch (the caller's replay position, see
-// Options.VerifyFrom), else at the first frame.
-func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff int64, rep *OpenReport) (scanEnd, error) {
+// Options.VerifyFrom), else at the first frame. If d is not nil, each batch
+// is passed to it once its end frame verified (Options.Deliver): only
+// batches before goodEnd, which no later decision (torn tail, damage)
+// takes back.
+func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff int64, rep *OpenReport, d *deliverer) (scanEnd, error) {
 	id, seed, size := seg.id, seg.seed, seg.size
 	maxRec := j.opts.MaxRecordSize
 	off := int64(segHeaderSize)
@@ -383,6 +534,9 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 	var batchRecs int64
 	goodEnd, goodPrev, goodLast := off, seed, int64(-1)
 	sealed := false
+	if d != nil {
+		d.batch = d.batch[:0]
+	}
 	if startOff > off {
 		if h, ok := j.batchEndAt(r, id, seed, startOff); ok {
 			// Start inside the segment: the chain links to the frame's own
@@ -434,6 +588,12 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 			if h.flags&flagBatchBegin != 0 {
 				inBatch, batchStart, batchRecs = true, off, 0
 			}
+			if d != nil {
+				d.add(Location{id, off}, h)
+				if len(d.batch) > 0 {
+					r.keep = d.batch[0].loc.Offset
+				}
+			}
 			if h.typ < MinReservedType {
 				batchRecs++
 			}
@@ -448,6 +608,12 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 				rep.Records += batchRecs
 				if batchRecs > 0 {
 					rep.Batches++
+				}
+				if d != nil {
+					if err := d.flush(r); err != nil {
+						return scanEnd{}, err
+					}
+					r.keep = 0
 				}
 			}
 			off += fs
@@ -506,6 +672,10 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 			}
 			rep.Skipped = append(rep.Skipped, Damage{From: Location{id, damageStart}, To: Location{id, skipTo}, Reason: err.Error()})
 			off, prevKnown, inBatch = skipTo, false, false
+			if d != nil {
+				d.batch = d.batch[:0] // the damaged batch is never delivered
+				r.keep = 0
+			}
 			goodEnd = skipTo
 			if clean || skipTo >= size {
 				break

@@ -14,6 +14,10 @@ func (s SegmentID) String() string {
 	return segmentPrefix + strconv.FormatUint(uint64(s), 10) + segmentSuffix
 }
 
+// ParseSegmentName returns the SegmentID of a segment's file name
+// (db-<N>.log, N canonical decimal, at least 1), and whether name is one.
+func ParseSegmentName(name string) (SegmentID, bool) { return parseSegmentName(name) }
+
 // parseSegmentName returns the SegmentID of a file named db-<N>.log, with N
 // in canonical decimal form (no sign, no leading zero) and at least 1.
 func parseSegmentName(name string) (SegmentID, bool) {

@@ -21,6 +21,12 @@ type Checkpoint struct {
 	free      *freeList
 	pageCount PageID
 	update    MetaUpdate
+	// untrusted: the free list is being rebuilt (the loaded db.free lied,
+	// proof.go), so the commit removes db.free instead of writing it; lies
+	// is the count of lies at prepare, so that a lie found before the
+	// commit has the same effect.
+	untrusted bool
+	lies      uint64
 }
 
 type batchEntry struct {
@@ -74,6 +80,8 @@ func (f *File) PrepareCheckpoint(u MetaUpdate) (*Checkpoint, error) {
 		free:      f.mu.free.clone(),
 		pageCount: f.mu.pageCount,
 		update:    u,
+		untrusted: f.mu.quarantine != nil,
+		lies:      f.mu.proof.Lies,
 	}
 	f.mu.prepGen++
 	cp.gen = f.mu.prepGen
@@ -102,6 +110,10 @@ func (f *File) CommitCheckpoint(cp *Checkpoint) error {
 	prev := f.mu.meta
 	stale := cp.gen <= f.mu.commitGen
 	redoDirSync := f.mu.redoDirSync
+	if f.mu.proof.Lies != cp.lies {
+		// The free list snapshot may hold a page that lied since.
+		cp.untrusted = true
+	}
 	f.mu.RUnlock()
 	if err != nil {
 		return err
@@ -241,10 +253,17 @@ func (b *batch) writeRuns(buf []byte, from, to int, runs bool, write func(first 
 // The caller must hold f.commitMu.
 func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, redoDirSync bool) (*view, error) {
 	ps := f.pageSize
-	// 1. db.free, tagged with the new checkpoint ID.
-	free := encodeFreeFile(f.storeID, meta.ID, meta.PageCount, cp.free)
-	if err := f.writeFreeFile(free); err != nil {
-		return nil, err
+	// 1. db.free, tagged with the new checkpoint ID; or, while the free
+	// list is being rebuilt, no db.free at all: the next Open scans.
+	if cp.untrusted {
+		if err := f.removeFreeFiles(); err != nil {
+			return nil, err
+		}
+	} else {
+		free := encodeFreeFile(f.storeID, meta.ID, meta.PageCount, cp.free)
+		if err := f.writeFreeFile(free); err != nil {
+			return nil, err
+		}
 	}
 
 	// 2. The batch into db.redo. db.redo must not be overwritten while
@@ -377,6 +396,26 @@ func (f *File) writeFreeFile(data []byte) error {
 	}
 	if err := f.fs.Rename(tmp, f.freeName); err != nil {
 		return fmt.Errorf("pagefile: rename %s: %w", tmp, err)
+	}
+	if f.opts.UnsafeNoSync {
+		return nil
+	}
+	if err := f.fs.SyncDir(filepath.Dir(f.freeName)); err != nil {
+		return fmt.Errorf("pagefile: sync dir of %s: %w", f.freeName, err)
+	}
+	return nil
+}
+
+// removeFreeFiles removes db.free and db.free.prev and syncs the directory,
+// so that no Open trusts a free list until a checkpoint writes a new one:
+// the checkpoint that removes them has a free list that is being rebuilt
+// (proof.go). A crash before the removal is durable leaves the meta and
+// db.free of an earlier checkpoint, which Open trusts and proves again.
+func (f *File) removeFreeFiles() error {
+	for _, name := range []string{f.freeName, f.freeName + prevSuffix} {
+		if err := f.fs.Remove(name); err != nil && !isNotExist(err) {
+			return fmt.Errorf("pagefile: remove %s: %w", name, err)
+		}
 	}
 	if f.opts.UnsafeNoSync {
 		return nil

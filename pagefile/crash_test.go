@@ -117,6 +117,10 @@ func checkRecovered(t *testing.T, img *vfs.MemFS, ref reference, allowed []int, 
 	if err := workload(f, 1, 99, nil); err != nil {
 		t.Fatalf("%s: workload after recovery: %v", what, err)
 	}
+	// A recovered free list is honest: no page of it fails its proof.
+	if p := f.FreeListProof(); p.Lies != 0 || p.Quarantined != 0 {
+		t.Fatalf("%s: free list proof after recovery: %+v", what, p)
+	}
 	after := captureState(t, f)
 	if err := f.Close(); err != nil {
 		t.Fatal(err)

@@ -19,8 +19,12 @@ import (
 //
 // Invariants:
 //   - Every page in [FirstDataPage, mu.pageCount) is exactly one of: free
-//     (on mu.free), allocated and not yet written (in mu.unwritten), or
-//     written (in mu.dirty, or clean on disk).
+//     (on mu.free), allocated and not yet written (in mu.unwritten),
+//     written (in mu.dirty, or clean on disk), or quarantined (in
+//     mu.quarantine: a loaded free page not yet proven after the loaded
+//     list lied, free or in use on disk; proof.go).
+//   - mu.unproven is a subset of mu.free: loaded pages are proven free on
+//     disk before they are handed out, written or freed.
 //   - A page that is free and not yet checkpointed as free has a free stamp
 //     in mu.dirty, so that the next checkpoint writes it with PageFree.
 //   - mu.dirty entries are never mutated: Write stores a fresh copy, so a
@@ -57,6 +61,15 @@ type File struct {
 	// not sync it; the next commit syncs db.data before it overwrites
 	// db.redo. Accessed only under commitMu (and at Open).
 	dataUnsynced bool
+	// roState: a ReadOnly handle's State of the store, read before Open
+	// read anything (roStateOK: it could be read); see Changed.
+	roState   State
+	roStateOK bool
+	// roCache: a ReadOnly handle's verified page copies (readSnapshotLocked).
+	roCache struct {
+		sync.Mutex
+		m map[PageID][]byte
+	}
 
 	mu struct {
 		sync.RWMutex
@@ -75,7 +88,23 @@ type File struct {
 		prepGen     uint64 // generation of the last PrepareCheckpoint
 		commitGen   uint64 // generation of the last committed Checkpoint
 		redoDirSync bool   // db.redo was created and its directory entry is not yet synced
+
+		// The proof of a free list loaded from db.free (proof.go):
+		// unproven is the part of free loaded at Open and not yet proven
+		// free on disk (nil: none); quarantine holds loaded pages out of
+		// allocation after a lie, until the background proof gives them
+		// back (nil: none). unproven is a subset of free; quarantine is
+		// disjoint from free.
+		unproven   *freeList
+		quarantine *freeList
+		proof      FreeListProof
+		lieLog     []lieEvent // failed proofs to log once mu is released
 	}
+
+	proving   bool           // the background proof runs; guarded by mu
+	proofDone sync.Cond      // broadcast when proving becomes false; L is &mu.RWMutex
+	proofWG   sync.WaitGroup // the background proof
+	proofStop atomic.Bool    // Close: stop the background proof
 }
 
 // dirtyPage is a page waiting for the next checkpoint. typ and payload are
@@ -174,8 +203,12 @@ func open(dir string, opts Options, noFreeList bool) (*File, *Report, error) {
 		rep:        &Report{},
 		noFreeList: noFreeList,
 	}
+	o.f.proofDone.L = &o.f.mu.RWMutex
 	if err := o.open(); err != nil {
 		o.f.closeFiles()
+		if opts.ReadOnly {
+			err = o.f.staleOr(err)
+		}
 		return nil, nil, err
 	}
 	return o.f, o.rep, nil
@@ -304,6 +337,9 @@ func (f *File) Read(id PageID) (PageType, []byte, error) {
 		plen := int(binary.LittleEndian.Uint32(img[pgPayloadLen:]))
 		return PageType(img[pgType]), img[pageHeaderSize : pageHeaderSize+plen : pageHeaderSize+plen], nil
 	}
+	if f.opts.ReadOnly {
+		return f.readSnapshotLocked(id)
+	}
 	ps := int64(f.pageSize)
 	off := int64(id) * ps
 	v := f.mu.view
@@ -389,12 +425,15 @@ func (f *File) Write(id PageID, typ PageType, payload []byte) error {
 	copy(p, payload)
 	d := &dirtyPage{typ: typ, payload: p[:len(p):len(p)]}
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlockAndLog()
 	if err := f.mutableLocked(); err != nil {
 		return err
 	}
 	if id < FirstDataPage || id >= f.mu.pageCount {
 		return fmt.Errorf("%w: write %v: outside [%d, %d)", ErrOutOfRange, id, FirstDataPage, f.mu.pageCount)
+	}
+	if err := f.claimLocked(id); err != nil {
+		return err
 	}
 	if f.mu.free.contains(id) {
 		return fmt.Errorf("pagefile: write %v: the page is free", id)
@@ -406,19 +445,34 @@ func (f *File) Write(id PageID, typ PageType, payload []byte) error {
 
 // Allocate returns a page for the caller to Write before the next
 // checkpoint: the lowest free page, else a new page at the end.
+//
+// A page of a free list loaded from db.free is proven free on disk first
+// (proof.go); one that is not is never handed out.
 func (f *File) Allocate() (PageID, error) {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlockAndLog()
 	if err := f.mutableLocked(); err != nil {
 		return 0, err
 	}
-	id, ok := f.mu.free.allocate()
-	if !ok {
-		if err := f.growLocked(1); err != nil {
+	var id PageID
+	for {
+		r, ok := f.mu.free.t.Min()
+		if !ok {
+			if err := f.growLocked(1); err != nil {
+				return 0, err
+			}
+			id = f.mu.pageCount
+			f.mu.pageCount++
+			break
+		}
+		ok, err := f.proveLocked(Range{Start: r.Start, Len: 1})
+		if err != nil {
 			return 0, err
 		}
-		id = f.mu.pageCount
-		f.mu.pageCount++
+		if ok {
+			id, _ = f.mu.free.allocate() // r.Start
+			break
+		}
 	}
 	f.mu.unwritten[id] = struct{}{}
 	return id, nil
@@ -432,20 +486,36 @@ func (f *File) AllocateRun(n int) (PageID, error) {
 		return 0, fmt.Errorf("pagefile: allocate run of %d pages", n)
 	}
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlockAndLog()
 	if err := f.mutableLocked(); err != nil {
 		return 0, err
 	}
-	first, ok := f.mu.free.allocateRun(uint64(n))
-	if !ok {
+	var first PageID
+	for {
+		if r, ok := f.mu.free.findRun(uint64(n)); ok {
+			if ok, err := f.proveLocked(Range{Start: r.Start, Len: uint64(n)}); err != nil {
+				return 0, err
+			} else if !ok {
+				continue
+			}
+			first, _ = f.mu.free.allocateRun(uint64(n)) // r.Start
+			break
+		}
 		if err := f.growLocked(uint64(n)); err != nil {
 			return 0, err
 		}
 		first = f.mu.pageCount
-		if tail, ok := f.mu.free.takeTail(f.mu.pageCount); ok {
+		if tail, ok := f.mu.free.tail(f.mu.pageCount); ok {
+			if ok, err := f.proveLocked(tail); err != nil {
+				return 0, err
+			} else if !ok {
+				continue
+			}
+			f.mu.free.remove(tail)
 			first = tail.Start
 		}
 		f.mu.pageCount = first + PageID(n)
+		break
 	}
 	for id := first; id < first+PageID(n); id++ {
 		f.mu.unwritten[id] = struct{}{}
@@ -467,12 +537,16 @@ func (f *File) growLocked(n uint64) error {
 // PageFree. Freeing a free page is ErrDoubleFree.
 func (f *File) Free(id PageID) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
+	defer f.unlockAndLog()
 	if err := f.mutableLocked(); err != nil {
 		return err
 	}
 	if id < FirstDataPage || id >= f.mu.pageCount {
 		return fmt.Errorf("%w: free %v: outside [%d, %d)", ErrOutOfRange, id, FirstDataPage, f.mu.pageCount)
+	}
+	// A loaded page that is not free on disk was a lie.
+	if err := f.claimLocked(id); err != nil {
+		return err
 	}
 	if err := f.mu.free.free(id); err != nil {
 		return err
@@ -503,6 +577,7 @@ func (f *File) ScanPages(fn func(id PageID, typ PageType, err error) error) erro
 // dirtied since the last checkpoint are dropped. It waits for a running
 // commit. Slices returned by Read become invalid.
 func (f *File) Close() error {
+	f.stopProof()
 	f.commitMu.Lock()
 	defer f.commitMu.Unlock()
 	f.mu.Lock()

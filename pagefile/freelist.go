@@ -68,8 +68,8 @@ func (l *freeList) allocate() (PageID, bool) {
 	return r.Start, true
 }
 
-// allocateRun takes the first (lowest) run of n contiguous free pages.
-func (l *freeList) allocateRun(n uint64) (PageID, bool) {
+// findRun returns the first (lowest) free range of at least n pages.
+func (l *freeList) findRun(n uint64) (Range, bool) {
 	var got Range
 	found := false
 	l.t.Ascend(func(r Range) bool {
@@ -79,6 +79,12 @@ func (l *freeList) allocateRun(n uint64) (PageID, bool) {
 		}
 		return true
 	})
+	return got, found
+}
+
+// allocateRun takes the first (lowest) run of n contiguous free pages.
+func (l *freeList) allocateRun(n uint64) (PageID, bool) {
+	got, found := l.findRun(n)
 	if !found {
 		return 0, false
 	}
@@ -90,21 +96,16 @@ func (l *freeList) allocateRun(n uint64) (PageID, bool) {
 	return got.Start, true
 }
 
-// takeTail removes the free range that ends exactly at end, if any, and
-// returns it (used to extend a run at the end of the file).
-func (l *freeList) takeTail(end PageID) (Range, bool) {
+// tail returns the free range that ends exactly at end, if any (used to
+// extend a run at the end of the file).
+func (l *freeList) tail(end PageID) (Range, bool) {
 	var got Range
 	found := false
 	l.t.DescendLessOrEqual(Range{Start: end}, func(r Range) bool {
 		got, found = r, r.End() == end
 		return false
 	})
-	if !found {
-		return Range{}, false
-	}
-	l.t.Delete(got)
-	l.total -= got.Len
-	return got, true
+	return got, found
 }
 
 // free adds one page, merging with its neighbours. Freeing a free page is

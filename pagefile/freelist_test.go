@@ -97,11 +97,12 @@ func TestFreeList_AllocateLowestAndRuns(t *testing.T) {
 	if got := checkFreeList(t, l); !slices.Equal(got, []Range{{4, 1}, {13, 2}}) {
 		t.Fatalf("ranges %v", got)
 	}
-	if r, ok := l.takeTail(15); !ok || r != (Range{13, 2}) {
-		t.Fatalf("takeTail(15) = %v %v", r, ok)
+	if r, ok := l.tail(15); !ok || r != (Range{13, 2}) {
+		t.Fatalf("tail(15) = %v %v", r, ok)
 	}
-	if _, ok := l.takeTail(15); ok {
-		t.Fatal("takeTail twice")
+	l.remove(Range{13, 2})
+	if _, ok := l.tail(15); ok {
+		t.Fatal("tail after remove")
 	}
 	if got := checkFreeList(t, l); !slices.Equal(got, []Range{{4, 1}}) {
 		t.Fatalf("ranges %v", got)

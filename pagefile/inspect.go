@@ -29,6 +29,14 @@ type Inspection struct {
 	// would scan; Reason says why db.free was not trusted.
 	TrustedFile string
 	Reason      string
+	// Lies counts the pages the trusted file lists as free that are not
+	// stamped free in db.data (each page it lists is read, as the proof
+	// before use would read it): such a list would be dropped at the first
+	// page that fails its proof. FirstLie is the first of them (0: none)
+	// and LieReason what it holds.
+	Lies      uint64
+	FirstLie  PageID
+	LieReason string
 }
 
 // SlotInfo describes one meta slot.
@@ -109,6 +117,29 @@ func Inspect(fsys vfs.FS, dir string) (*Inspection, error) {
 	l, in.TrustedFile, in.Reason = o.loadFreeList(in.Meta)
 	if l == nil && in.Reason == "" {
 		return nil, errors.New("pagefile: inspect: no free list and no reason")
+	}
+	if l != nil {
+		var ioErr error
+		f.mu.RLock()
+		l.t.Ascend(func(r Range) bool {
+			for id := r.Start; id < r.End(); id++ {
+				if err := f.proveFree(id); err != nil {
+					if !errors.Is(err, errNotFree) {
+						ioErr = err
+						return false
+					}
+					if in.Lies == 0 {
+						in.FirstLie, in.LieReason = id, err.Error()
+					}
+					in.Lies++
+				}
+			}
+			return true
+		})
+		f.mu.RUnlock()
+		if ioErr != nil {
+			return nil, ioErr
+		}
 	}
 	return in, nil
 }

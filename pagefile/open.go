@@ -41,6 +41,15 @@ func (o *opener) open() error {
 		}
 		rep.Created = true
 	}
+	if f.opts.ReadOnly {
+		// Before anything is read: a checkpoint that writes in place
+		// while this handle reads changes the State (see File.Changed).
+		// A State that cannot be read leaves the damage to the reads
+		// below, and Changed false.
+		var serr error
+		f.roState, serr = ReadState(f.fs, o.dir)
+		f.roStateOK = serr == nil
+	}
 
 	// Header and meta slots.
 	flag := os.O_RDWR
@@ -103,6 +112,10 @@ func (o *opener) open() error {
 		}
 	} else if rep.FreeListPath == "" {
 		rep.FreeListPath = FreeListTrusted
+		// Trusted, but proven page by page before use (proof.go).
+		if f.mu.free.count() > 0 {
+			f.mu.unproven = f.mu.free.clone()
+		}
 	}
 	rep.FreeListDuration = time.Since(t)
 	rep.FreePages = f.mu.free.count()

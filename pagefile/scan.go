@@ -47,6 +47,10 @@ func (o *opener) scan(meta Meta) (*freeList, error) {
 			if err != nil {
 				return nil, err
 			}
+			if f.opts.ReadOnly && h.checkpoint > meta.Seq {
+				// A checkpoint of the writing process rewrote it in place.
+				return nil, fmt.Errorf("%w: %s@%d: %v written by checkpoint %d, after meta %d", ErrStale, name, boff, pid, h.checkpoint, meta.Seq)
+			}
 			o.rep.PagesScanned++
 			if h.typ == PageFree {
 				if run.Len > 0 && run.End() == pid {

@@ -22,11 +22,19 @@ type Options struct {
 	// An error aborts recovery. Records are applied in chunks, one index
 	// Update each, and a chunk may end inside a journal batch: state that
 	// Apply keeps between the records of one batch must live in the
-	// caller's closure. No chunk is ever applied twice.
+	// caller's closure. No chunk is ever applied twice. Apply runs while
+	// the journal is still being opened (journal.Options.Deliver): if Run
+	// fails, what it applied is discarded with the page file.
 	Apply func(tx *index.Tx, loc journal.Location, r journal.Record) error
 	// ReplayFrom converts the checkpoint's meta into the location of the
 	// last record it covers (zero: none).
 	ReplayFrom func(m pagefile.Meta) journal.Location
+	// Refs returns the oldest and newest journal segment holding a record
+	// the opened index still refers to (0, 0: none). Optional. With the
+	// replay position it tells the journal which segments must exist
+	// (journal.Options.Need), so that a missing one is ErrCorrupt rather
+	// than a silent loss.
+	Refs func(ix *index.Store) (oldest, newest journal.SegmentID, err error)
 	// NoReplay skips the replay (a read-only open sees the last
 	// checkpoint).
 	NoReplay bool
@@ -60,8 +68,9 @@ func (s *State) Close() error {
 
 // Run opens the store in dir: the page file (newest intact meta, db.redo,
 // the free list trusted or rebuilt), the index, the journal (verified from
-// the replay position, torn tail truncated), then replays the journal after
-// the checkpoint's replay position. It does not checkpoint: the caller
+// the replay position, torn tail truncated), replaying the journal after
+// the checkpoint's replay position during the journal's own verifying pass
+// (each record is read once). It does not checkpoint: the caller
 // starts serving and checkpoints in the background when
 // Report.NeedsCheckpoint says so (the store is consistent and durable
 // without it; the checkpoint only makes the next crash cheap). On error
@@ -102,33 +111,79 @@ func Run(dir string, o Options) (*State, *Report, error) {
 
 	// The journal is verified from the replay position on; the segments
 	// before it hold only values the index still points to, and each is
-	// verified when read (or by journal.Verify, which DB.Check runs).
+	// verified when read (or by journal.Verify, which DB.Check runs). The
+	// records after the replay position are applied as the journal's Open
+	// verifies them. They stay in memory (index Updates are committed to
+	// the page file's dirty pages, which only a checkpoint writes): if the
+	// Open fails further on, fail discards them; if it succeeds, it has
+	// synced the tail it found before returning, so the records are
+	// durable before anything built from them is served or checkpointed.
 	from := o.ReplayFrom(pf.Meta())
+	rep.ReplayFrom = from
+	st.LastApplied = from
 	jo := o.Journal
 	jo.VerifyFrom = from
+	if jo.Need, err = need(ix, from, o.Refs); err != nil {
+		return fail(fmt.Errorf("recovery: index: %w", err))
+	}
+	jo.Deliver = nil
+	var rp *replayer
+	if !o.NoReplay {
+		rp = &replayer{st: st, o: o, rep: rep}
+		defer rp.abandon() // on a failure or a panic: the chunk's Update rolls back and its goroutine ends
+		jo.Deliver = rp.deliver
+	}
 	t = time.Now()
 	j, jrep, err := journal.Open(dir, jo)
 	rep.JournalDuration = time.Since(t)
+	if err == nil && rp != nil {
+		// The records' pass is the replay's time, and the journal's the
+		// rest of its open (segments, headers, the tail and its sync).
+		t = time.Now()
+		err = rp.commit()
+		rep.ReplayDuration = rp.span() + time.Since(t)
+		rep.JournalDuration -= rp.span()
+	}
 	if jrep != nil {
 		rep.Journal = *jrep
 	}
-	if err != nil {
+	if j != nil {
+		st.Journal = j
+	}
+	switch {
+	case rp != nil && rp.err != nil:
+		return fail(rp.err) // Apply's or a chunk's error, passed back through the journal's Open
+	case err != nil:
 		return fail(fmt.Errorf("recovery: journal: %w", err))
 	}
-	st.Journal = j
 
-	t = time.Now()
-	rep.ReplayFrom = from
-	st.LastApplied = from
-	if !o.NoReplay {
-		if err := replay(st, o, rep, from); err != nil {
-			return fail(err)
-		}
-	}
-	rep.ReplayDuration = time.Since(t)
-
+	rep.FreeListProof = pf.FreeListProof()
 	rep.NeedsCheckpoint = !o.PageFile.ReadOnly && (rep.RecordsReplayed > 0 || rep.PageFile.RedoApplied ||
-		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0)
+		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0 ||
+		rep.FreeListProof.Lies > 0)
 	rep.TotalDuration = time.Since(start)
 	return st, rep, nil
+}
+
+// need returns the segments the store requires of its journal: from the
+// replay position's segment (the first segment if the replay position is
+// zero: nothing was ever checkpointed, so nothing was collected) through
+// itself, widened to every segment holding a record the index refers to.
+func need(ix *index.Store, from journal.Location, refs func(*index.Store) (journal.SegmentID, journal.SegmentID, error)) (journal.Need, error) {
+	n := journal.Need{First: from.Segment, Last: from.Segment}
+	if from.IsZero() {
+		n.First = 1
+	}
+	if refs == nil {
+		return n, nil
+	}
+	oldest, newest, err := refs(ix)
+	if err != nil {
+		return n, err
+	}
+	if oldest != 0 && oldest < n.First {
+		n.First = oldest
+	}
+	n.Last = max(n.Last, newest)
+	return n, nil
 }

@@ -24,16 +24,27 @@ type Report struct {
 	// (and their payload bytes).
 	RecordsReplayed int64
 	BytesReplayed   int64
+	// FreeListProof is the proof of a free list loaded from db.free as of
+	// the end of replay: a Lies count above 0 means the trusted list listed
+	// pages in use (none was written; pagefile.File.FreeListProof).
+	FreeListProof pagefile.FreeListProof
 	// NeedsCheckpoint says the caller should checkpoint soon, so that the
 	// next crash is cheap: records were replayed, db.redo applied, the free
-	// list rebuilt or a torn journal tail cut. Never set when read-only.
+	// list rebuilt, a lie of the loaded free list found (the checkpoint
+	// replaces the lying db.free) or a torn journal tail cut. Never set
+	// when read-only.
 	NeedsCheckpoint bool
 
 	PageFileDuration time.Duration // pagefile.Open: meta, redo, free list
 	IndexDuration    time.Duration // index.Open
-	JournalDuration  time.Duration // journal.Open: segment scan, tail repair
-	ReplayDuration   time.Duration // applying the journal
-	TotalDuration    time.Duration
+	// ReplayDuration is the replay's pass over the records after the
+	// replay position: reading, verifying and applying them (the journal's
+	// Open reads them once for both), from the first record to the last
+	// one applied. JournalDuration is the rest of the journal's Open:
+	// opening the segments, checking headers, finding and syncing the tail.
+	JournalDuration time.Duration
+	ReplayDuration  time.Duration
+	TotalDuration   time.Duration
 }
 
 // ReplayRate returns the replay throughput in bytes per second, or 0 when too

@@ -3,8 +3,9 @@
 #  1. gofmt and go vet;
 #  2. every test under the race detector and the kdb_invariants build tag,
 #     with the long campaigns shortened (-short);
-#  3. the root's crash campaign, kill test and error sweep at their default
-#     sizes without the race detector, printing their summary lines.
+#  3. the root's crash campaigns, kill test and error sweep at their default
+#     sizes without the race detector, printing their summary lines;
+#  4. bench/peers (a module of its own): go vet and its short tests.
 # Longer sweeps: KDB_LONG=1 (see the README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,5 +18,7 @@ go vet ./...
 go test -race -tags kdb_invariants -short -timeout 20m ./...
 echo "== crash campaign, kill test and error sweep at default size"
 go test -tags kdb_invariants -count=1 -timeout 20m -v \
-  -run 'TestDB_CrashCampaign|TestKill_RandomMoments|TestErrSweep' . \
+  -run 'TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep' . \
   | grep -E '^(--- |ok|FAIL|PASS)|crash-points=|kills=|points='
+echo "== bench/peers"
+(cd bench/peers && go vet ./... && go test -short -count=1 -timeout 5m ./...)

@@ -34,7 +34,15 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	out, ioErr := checkStore(dir, stderr)
+	type result struct {
+		out   *checkOut
+		ioErr error
+	}
+	res, _ := retryLive(dir, func() (result, bool, error) {
+		out, ioErr := checkStore(dir, stderr)
+		return result{out, ioErr}, out != nil && ioErr == nil && len(out.Problems) == 0, ioErr
+	})
+	out, ioErr := res.out, res.ioErr
 	if out == nil {
 		fmt.Fprintf(stderr, "kdbtool check: %v\n", ioErr)
 		return exitFor(ioErr)
@@ -60,6 +68,25 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 // db.data cannot be read at all; ioErr is the first error that was not
 // about damaged bytes (the check is then incomplete: exit 3).
 func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
+	if lost, why := dataLost(dir); lost {
+		// Say what repair could do: rebuild db.data from a journal that
+		// still begins at db-1.log, else nothing.
+		r, err := repairLostData(dir, false, true, why, nil, stderr)
+		if err != nil {
+			return nil, err
+		}
+		msg := why.Error()
+		for _, a := range r.Actions {
+			if a.Action == actRebuildIndex {
+				msg += "; kdbtool repair --apply --rebuild-index can rebuild it: the journal still begins at db-1.log"
+			}
+		}
+		for _, u := range r.Unfixable {
+			msg += "; cannot repair: " + u
+		}
+		out := &checkOut{Dir: dir, Problems: append([]problem{{"error", "pagefile", msg}}, r.Problems[1:]...)}
+		return out, nil
+	}
 	in, err := inspectStore(dir)
 	if err != nil {
 		if !isCorrupt(err) {
@@ -77,7 +104,7 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 	}
 	if in.serr != nil {
 		note("store", in.serr)
-	} else if err := checkIndex(dir, out, stderr); err != nil {
+	} else if err := checkIndex(dir, in.FreeList.LiedPages > 0, out, stderr); err != nil {
 		out.Problems = append(out.Problems, problem{"error", "index", err.Error()})
 		note("index", err)
 	}
@@ -96,8 +123,13 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 	return out, ioErr
 }
 
-func checkIndex(dir string, out *checkOut, stderr io.Writer) error {
-	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+// checkIndex runs the index check (kdb Check) on the store opened
+// read-only. When the free-list file Open would trust lists pages in use
+// (a problem inspect already reported under free_list), the free list is
+// rebuilt in memory by a scan instead, so that the index is judged on its
+// own: the lie is one problem of the free list, not of the index.
+func checkIndex(dir string, freeListLies bool, out *checkOut, stderr io.Writer) error {
+	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true, ForceFreeListScan: freeListLies})
 	if err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ type dumpKey struct {
 	KeyHex    string `json:"key_hex"`
 	ValueSize int    `json:"value_size"`
 	Value     string `json:"value,omitempty"` // --values: the value, quoted as in Go if not UTF-8
+	value     []byte // --values: the value, for the human output
 }
 
 type dumpMsg struct {
@@ -35,6 +37,7 @@ type dumpMsg struct {
 	Properties  map[string]string `json:"properties,omitempty"`
 	BodySize    int               `json:"body_size"`
 	Body        string            `json:"body,omitempty"` // --values
+	body        []byte            // --values: the body, for the human output
 }
 
 type dumpOut struct {
@@ -48,6 +51,7 @@ type dumpOut struct {
 	// when the end was reached).
 	Next    string `json:"next,omitempty"`
 	NextSeq uint64 `json:"next_seq,omitempty"`
+	nextKey []byte // the key Next names, for the human output
 }
 
 func runDump(args []string, stdout, stderr io.Writer) int {
@@ -81,38 +85,43 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	}
 	if err := storeExists(dir); err != nil {
 		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
-		return exitIO
-	}
-	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
-	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
 		return exitFor(err)
 	}
-	defer db.Close()
-	out := &dumpOut{Index: *index, Queue: *queue, Topic: *topic, Sub: *sub}
-	max := *limit
-	if max == 0 {
-		max = int(^uint(0) >> 1)
-	}
+	var from []byte
+	var fromSeq uint64
+	var err error
 	if *index != "" {
-		from := []byte(*start)
+		from = []byte(*start)
 		if *hexKeys {
 			if from, err = hex.DecodeString(*start); err != nil {
 				fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
 				return exitUsage
 			}
 		}
-		err = dumpIndex(db, out, *index, from, max, *values)
-	} else {
-		var from uint64
-		if *start != "" {
-			if from, err = strconv.ParseUint(*start, 10, 64); err != nil {
-				fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
-				return exitUsage
-			}
+	} else if *start != "" {
+		if fromSeq, err = strconv.ParseUint(*start, 10, 64); err != nil {
+			fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
+			return exitUsage
 		}
-		err = dumpDest(db, out, from, max, *values)
 	}
+	max := *limit
+	if max == 0 {
+		max = int(^uint(0) >> 1)
+	}
+	out, err := retryLive(dir, func() (*dumpOut, bool, error) {
+		out := &dumpOut{Index: *index, Queue: *queue, Topic: *topic, Sub: *sub}
+		db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+		if err != nil {
+			return out, false, err
+		}
+		defer db.Close()
+		if *index != "" {
+			err = dumpIndex(db, out, *index, from, max, *values)
+		} else {
+			err = dumpDest(db, out, fromSeq, max, *values)
+		}
+		return out, err == nil, err
+	})
 	if errors.Is(err, kdb.ErrNotFound) {
 		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
 		return exitProblems
@@ -124,21 +133,28 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	if *asJSON {
 		return writeJSON(stdout, out)
 	}
+	printDump(stdout, out, *hexKeys, *values)
+	return exitOK
+}
+
+// printDump prints the human output. Every name, key, property and value
+// is escaped (esc), so none can forge a line of the listing.
+func printDump(w io.Writer, out *dumpOut, hexKeys, values bool) {
 	for _, k := range out.Keys {
 		key := strconv.Quote(k.Key)
-		if *hexKeys || k.Key == "" && k.KeyHex != "" {
+		if hexKeys || k.Key == "" && k.KeyHex != "" {
 			key = k.KeyHex
 		}
-		if *values {
-			fmt.Fprintf(stdout, "%s\t%s\n", key, k.Value)
+		if values {
+			fmt.Fprintf(w, "%s\t%s\n", key, escBytes(k.value))
 		} else {
-			fmt.Fprintf(stdout, "%s\t%d bytes\n", key, k.ValueSize)
+			fmt.Fprintf(w, "%s\t%d bytes\n", key, k.ValueSize)
 		}
 	}
 	for _, m := range out.Messages {
-		fmt.Fprintf(stdout, "%d\t%s\t%d bytes", m.Seq, m.ID, m.BodySize)
+		fmt.Fprintf(w, "%d\t%s\t%d bytes", m.Seq, esc(m.ID), m.BodySize)
 		if m.ProducerID != "" {
-			fmt.Fprintf(stdout, "\tproducer %s/%d", m.ProducerID, m.ProducerSeq)
+			fmt.Fprintf(w, "\tproducer %s/%d", esc(m.ProducerID), m.ProducerSeq)
 		}
 		keys := make([]string, 0, len(m.Properties))
 		for k := range m.Properties {
@@ -146,20 +162,23 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
-			fmt.Fprintf(stdout, "\t%s=%s", k, m.Properties[k])
+			fmt.Fprintf(w, "\t%s=%s", esc(k), esc(m.Properties[k]))
 		}
-		if *values {
-			fmt.Fprintf(stdout, "\t%s", m.Body)
+		if values {
+			fmt.Fprintf(w, "\t%s", escBytes(m.body))
 		}
-		fmt.Fprintln(stdout)
+		fmt.Fprintln(w)
 	}
 	if out.Next != "" {
-		fmt.Fprintf(stdout, "... more: --start %s\n", out.Next)
+		if hexKeys || esc(string(out.nextKey)) != string(out.nextKey) {
+			fmt.Fprintf(w, "... more: --hex --start %s\n", hex.EncodeToString(out.nextKey))
+		} else {
+			fmt.Fprintf(w, "... more: --start %s\n", out.nextKey)
+		}
 	}
 	if out.NextSeq != 0 {
-		fmt.Fprintf(stdout, "... more: --start %d\n", out.NextSeq)
+		fmt.Fprintf(w, "... more: --start %d\n", out.NextSeq)
 	}
-	return exitOK
 }
 
 // printable returns b as a string if it is valid UTF-8, else Go-quoted.
@@ -183,6 +202,7 @@ func dumpIndex(db *kdb.DB, out *dumpOut, name string, from []byte, max int, valu
 		it := s.Iter(name)
 		for ok := it.Seek(from); ok; ok = it.Next() {
 			if len(out.Keys) == max {
+				out.nextKey = bytes.Clone(it.Key())
 				if utf8.Valid(it.Key()) {
 					out.Next = string(it.Key())
 				} else {
@@ -200,7 +220,7 @@ func dumpIndex(db *kdb.DB, out *dumpOut, name string, from []byte, max int, valu
 			}
 			k.ValueSize = len(v)
 			if values {
-				k.Value = printable(v)
+				k.Value, k.value = printable(v), bytes.Clone(v)
 			}
 			out.Keys = append(out.Keys, k)
 		}
@@ -219,7 +239,12 @@ func dumpDest(db *kdb.DB, out *dumpOut, from uint64, max int, values bool) error
 	const page = 1000
 	out.Messages = []dumpMsg{}
 	for len(out.Messages) < max {
-		n := min(page, max-len(out.Messages)+1) // one more, to know if there is a next
+		// One more than still wanted, to know if there is a next (max may
+		// be the largest int: no overflow).
+		n := page
+		if rem := max - len(out.Messages); rem < page {
+			n = rem + 1
+		}
 		var ms []kdb.Message
 		var err error
 		if out.Sub != "" {
@@ -238,7 +263,7 @@ func dumpDest(db *kdb.DB, out *dumpOut, from uint64, max int, values bool) error
 			dm := dumpMsg{Seq: m.Seq, ID: m.ID, ProducerID: m.ProducerID, ProducerSeq: m.ProducerSeq,
 				Properties: m.Properties, BodySize: len(m.Body)}
 			if values {
-				dm.Body = printable(m.Body)
+				dm.Body, dm.body = printable(m.Body), m.Body
 			}
 			out.Messages = append(out.Messages, dm)
 			from = m.Seq + 1

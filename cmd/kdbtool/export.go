@@ -103,20 +103,22 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	dir, file := fs.Arg(0), fs.Arg(1)
 	if err := storeExists(dir); err != nil {
 		fmt.Fprintf(stderr, "kdbtool export: %v\n", err)
-		return exitIO
+		return exitFor(err)
 	}
-	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+	out, err := retryLive(dir, func() (*exportOut, bool, error) {
+		out := &exportOut{File: file, Version: 1, Warnings: []string{}}
+		db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+		if err != nil {
+			return out, false, err
+		}
+		defer db.Close()
+		if err := exportStore(db, file, out); err != nil {
+			return out, false, err
+		}
+		err = summarize(db, out)
+		return out, err == nil, err
+	})
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool export: %v\n", err)
-		return exitFor(err)
-	}
-	defer db.Close()
-	out := &exportOut{File: file, Version: 1, Warnings: []string{}}
-	if err := exportStore(db, file, out); err != nil {
-		fmt.Fprintf(stderr, "kdbtool export: %v\n", err)
-		return exitFor(err)
-	}
-	if err := summarize(db, out); err != nil {
 		fmt.Fprintf(stderr, "kdbtool export: %v\n", err)
 		return exitFor(err)
 	}
@@ -128,15 +130,24 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	return exitOK
 }
 
-// exportStore writes the snapshot to file.tmp, syncs it and renames it to
-// file. On return (nil) the file is durable.
+// exportStore writes the snapshot to a new temporary file in file's
+// directory, syncs it, renames it over file and syncs the directory. On
+// return (nil) the file is durable. The temporary file is created
+// exclusively (O_CREATE|O_EXCL: never an existing file, never through a
+// symlink) with a random name and mode 0600, so nothing planted in the
+// directory (a file.tmp symlink, a foreign file) is ever written through or
+// clobbered; a failed export removes only the file it created.
 func exportStore(db *kdb.DB, file string, out *exportOut) error {
-	tmp := file + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	dir := filepath.Dir(file)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(file)+".tmp-*")
 	if err != nil {
 		return err
 	}
+	tmp := f.Name()
 	rep, err := db.Export(f)
+	if err == nil {
+		err = f.Chmod(0o600) // CreateTemp's mode; kept explicit
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -150,12 +161,8 @@ func exportStore(db *kdb.DB, file string, out *exportOut) error {
 		os.Remove(tmp)
 		return err
 	}
-	if d, err := os.Open(filepath.Dir(file)); err == nil {
-		err = d.Sync()
-		d.Close()
-		if err != nil {
-			return err
-		}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	out.Trees, out.Keys, out.Bytes = rep.Trees, rep.Keys, rep.Bytes
 	return nil

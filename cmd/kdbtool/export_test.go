@@ -159,3 +159,66 @@ func TestExport_ImportRoundTrip(t *testing.T) {
 		t.Errorf("a failed import left %s behind: %v", x, err)
 	}
 }
+
+// TestExport_NeverWritesThroughPlantedTemp: a FILE.tmp symlink planted to
+// point elsewhere, and a foreign file at the temporary name, are neither
+// written through nor clobbered; the snapshot lands at FILE, mode 0600, and
+// no temporary file is left behind.
+func TestExport_NeverWritesThroughPlantedTemp(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 100)
+	out := t.TempDir()
+	file := filepath.Join(out, "snap.kdbx")
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("precious"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, file+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	foreign := filepath.Join(out, ".snap.kdbx.tmp")
+	if err := os.WriteFile(foreign, []byte("foreign"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runTool(t, "export", dir, file); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errs)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "precious" {
+		t.Errorf("the symlink's target was written through (%d bytes)", len(b))
+	}
+	if b, _ := os.ReadFile(foreign); string(b) != "foreign" {
+		t.Errorf("the foreign file was clobbered: %q", b)
+	}
+	if fi, err := os.Lstat(file + ".tmp"); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the planted symlink is gone or changed: %v %v", fi, err)
+	}
+	fi, err := os.Lstat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm() != 0o600 {
+		t.Errorf("%s: mode %v, want a regular file 0600", file, fi.Mode())
+	}
+	ents, _ := os.ReadDir(out)
+	if len(ents) != 3 {
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		t.Errorf("left in the directory: %v, want snap.kdbx and the two planted files", names)
+	}
+	// The snapshot is whole: it imports.
+	if code, _, errs := runTool(t, "import", file, filepath.Join(t.TempDir(), "copy")); code != 0 {
+		t.Errorf("import of the export: exit %d: %s", code, errs)
+	}
+	// Replacing an existing FILE works too and keeps it 0600.
+	if err := os.Chmod(file, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runTool(t, "export", dir, file); code != 0 {
+		t.Fatalf("second export: exit %d: %s", code, errs)
+	}
+	if fi, err := os.Lstat(file); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("after a second export: %v %v", fi, err)
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/vfs"
@@ -85,6 +87,14 @@ type freeListOut struct {
 	TrustedFile string        `json:"trusted_file"`
 	Reason      string        `json:"reason,omitempty"`
 	Files       []freeFileOut `json:"files"`
+	// LiedPages counts the pages the trusted file lists as free that are
+	// not stamped free in db.data (in use: reachable, or at least written
+	// since they were freed); FirstLiedPage is the first, LieReason what
+	// it holds. Open would trust such a list and set it aside at the
+	// first such page it is about to use (writing none of them).
+	LiedPages     uint64 `json:"lied_pages"`
+	FirstLiedPage uint64 `json:"first_lied_page,omitempty"`
+	LieReason     string `json:"lie_reason,omitempty"`
 }
 
 type redoOut struct {
@@ -168,7 +178,10 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	out, err := inspectStore(dir)
+	out, err := retryLive(dir, func() (*inspectOut, bool, error) {
+		out, err := inspectStore(dir)
+		return out, err == nil && len(out.Problems) == 0, err
+	})
 	if err != nil {
 		fmt.Fprintf(stderr, "kdbtool inspect: %v\n", err)
 		return exitFor(err)
@@ -236,6 +249,10 @@ func inspectStore(dir string) (*inspectOut, error) {
 			fl.MatchesMeta, fl.FreePages, fl.Ranges = fo.MatchesMeta, fo.FreePages, fo.Ranges
 		}
 	}
+	fl.LiedPages, fl.FirstLiedPage, fl.LieReason = in.Lies, uint64(in.FirstLie), in.LieReason
+	if in.Lies > 0 {
+		out.Problems = append(out.Problems, problem{"error", "free_list", freeListLie(in)})
+	}
 	if in.TrustedFile == "" {
 		out.Problems = append(out.Problems, problem{"warning", "free_list",
 			"no free-list file matches the meta; Open would scan every page: " + in.Reason})
@@ -254,7 +271,7 @@ func inspectStore(dir string) (*inspectOut, error) {
 		out.Problems = append(out.Problems, problem{"warning", "redo", "db.redo ignored: " + in.Redo.RedoIgnored})
 	}
 
-	out.Journal, out.jerr = inspectJournal(dir, m)
+	out.Journal, out.jerr = inspectJournal(dir, &m)
 	if out.Journal.Error != "" {
 		out.Problems = append(out.Problems, problem{"error", "journal", out.Journal.Error})
 	} else if out.Journal.TornBytes > 0 {
@@ -270,9 +287,30 @@ func inspectStore(dir string) (*inspectOut, error) {
 	return out, nil
 }
 
-func inspectJournal(dir string, m pagefile.Meta) (journalOut, error) {
+// freeListLie describes a trusted free-list file that lists pages in use,
+// and what fixes it.
+func freeListLie(in *pagefile.Inspection) string {
+	return fmt.Sprintf("%s lists %d pages in use as free (first %v: %s); Open would trust it, prove each page before use and set the list aside at the first lie, writing none of them; rebuild it: kdbtool recover --force-scan, or kdbtool repair --apply",
+		in.TrustedFile, in.Lies, in.FirstLie, in.LieReason)
+}
+
+// inspectJournal opens the journal read-only. With m from db.data it
+// requires the segments m's replay position needs; a nil m requires none
+// (db.data is lost).
+func inspectJournal(dir string, m *pagefile.Meta) (journalOut, error) {
 	jo := journalOut{Segments: []segmentOut{}}
-	j, rep, err := journal.Open(dir, journal.Options{ReadOnly: true})
+	// The segments the meta's replay position requires (the values the
+	// index keeps in the journal are checked by the store's open).
+	var need journal.Need
+	if m != nil {
+		need = journal.Need{First: journal.SegmentID(m.ReplaySegment), Last: journal.SegmentID(m.ReplaySegment)}
+		if need.First == 0 {
+			need.First = 1
+		}
+	} else {
+		m = &pagefile.Meta{}
+	}
+	j, rep, err := journal.Open(dir, journal.Options{ReadOnly: true, Need: need})
 	if err != nil {
 		jo.Error = err.Error()
 		return jo, err
@@ -370,7 +408,11 @@ func printInspect(w io.Writer, o *inspectOut) {
 		}
 	}
 	if o.FreeList.TrustedFile != "" {
-		fmt.Fprintf(w, "free list: Open would trust %s\n", o.FreeList.TrustedFile)
+		fmt.Fprintf(w, "free list: Open would trust %s", o.FreeList.TrustedFile)
+		if o.FreeList.LiedPages > 0 {
+			fmt.Fprintf(w, ", which LIES: %d listed pages are in use (first page %d)", o.FreeList.LiedPages, o.FreeList.FirstLiedPage)
+		}
+		fmt.Fprintf(w, "\n")
 	} else {
 		fmt.Fprintf(w, "free list: Open would scan every page (%s)\n", o.FreeList.Reason)
 	}
@@ -417,21 +459,46 @@ func printInspect(w io.Writer, o *inspectOut) {
 		fmt.Fprintf(w, "checkpoint %s plus the journal after it, replayed in memory:\n", o.Store.AsOf)
 		fmt.Fprintf(w, "indexes: %d\n", len(o.Store.Indexes))
 		for _, ix := range o.Store.Indexes {
-			fmt.Fprintf(w, "  %s: %d keys\n", ix.Name, ix.Keys)
+			fmt.Fprintf(w, "  %s: %d keys\n", esc(ix.Name), ix.Keys)
 		}
 		fmt.Fprintf(w, "destinations: %d\n", len(o.Store.Destinations))
 		for _, d := range o.Store.Destinations {
-			fmt.Fprintf(w, "  %s %s: %d messages, %d bytes, next seq %d\n", d.Kind, d.Name, d.Count, d.Bytes, d.NextSeq)
+			fmt.Fprintf(w, "  %s %s: %d messages, %d bytes, next seq %d\n", d.Kind, esc(d.Name), d.Count, d.Bytes, d.NextSeq)
 			for _, s := range d.Subscriptions {
-				fmt.Fprintf(w, "    subscription %s: %d pending\n", s.Name, s.Pending)
+				fmt.Fprintf(w, "    subscription %s: %d pending\n", esc(s.Name), s.Pending)
 			}
 		}
 		if len(o.Store.Prepared) > 0 {
-			fmt.Fprintf(w, "prepared transactions: %v\n", o.Store.Prepared)
+			xids := make([]string, len(o.Store.Prepared))
+			for i, x := range o.Store.Prepared {
+				xids[i] = esc(x)
+			}
+			fmt.Fprintf(w, "prepared transactions: %s\n", strings.Join(xids, " "))
 		}
 	}
 	printProblems(w, o.Problems)
 }
+
+// esc returns a name (index, destination, subscription, key, transaction
+// ID) for the human output: as it is if it is plain (non-empty valid UTF-8,
+// every rune printable in the sense of strconv.IsPrint, so no control
+// character, newline or tab, and not starting with a double quote), else
+// Go-quoted with escapes. So a name never forges a line of a report, and a
+// quoted name is never mistaken for a plain one. The JSON output is exact.
+func esc(s string) string {
+	if s == "" || s[0] == '"' || !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
+	for _, r := range s {
+		if !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// escBytes is esc for a byte string.
+func escBytes(b []byte) string { return esc(string(b)) }
 
 func printProblems(w io.Writer, ps []problem) {
 	for _, p := range ps {

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -111,12 +112,36 @@ func oneArg(fs *flag.FlagSet) (string, bool) {
 }
 
 // storeExists reports whether dir holds a store (db.data), so that the
-// read-only subcommands never create one.
+// read-only subcommands never create one. A directory that lost its
+// db.data but still holds what only a store leaves (journal segments,
+// db.free, db.redo) is ErrCorrupt (exit 1), with kdb.Open's explanation.
 func storeExists(dir string) error {
-	if _, err := os.Stat(dir + "/db.data"); err != nil {
-		return fmt.Errorf("%s is not a kdb store: %w", dir, err)
+	_, err := os.Stat(filepath.Join(dir, "db.data"))
+	if err == nil {
+		return nil
 	}
-	return nil
+	if errors.Is(err, os.ErrNotExist) {
+		// A read-only Open creates and writes nothing; it refuses such a
+		// directory with ErrCorrupt.
+		db, oerr := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+		if oerr == nil {
+			return db.Close() // db.data appeared meanwhile
+		}
+		if errors.Is(oerr, kdb.ErrCorrupt) {
+			return oerr
+		}
+	}
+	return fmt.Errorf("%s is not a kdb store: %w", dir, err)
+}
+
+// dataLost reports whether dir is a store that lost its db.data (storeExists
+// says ErrCorrupt, and db.data does not exist), and the explanation.
+func dataLost(dir string) (bool, error) {
+	if _, err := os.Stat(filepath.Join(dir, "db.data")); !errors.Is(err, os.ErrNotExist) {
+		return false, nil
+	}
+	err := storeExists(dir)
+	return errors.Is(err, kdb.ErrCorrupt), err
 }
 
 func errIsNotFound(err error) bool { return errors.Is(err, kdb.ErrNotFound) }

@@ -27,6 +27,10 @@ func recoveryJSON(r kdb.RecoveryReport) map[string]any {
 	}
 	m["skipped"] = skipped
 	m["checkpointed"] = r.Checkpointed
+	m["free_list_lied"] = r.FreeListLied
+	m["free_list_lies"] = r.FreeListLies
+	m["free_list_lied_page"] = r.FreeListLiedPage
+	m["free_list_lie_reason"] = r.FreeListLieReason
 	m["page_file_ms"] = ms(r.PageFileTime)
 	m["journal_ms"] = ms(r.JournalTime)
 	m["checkpoint_ms"] = ms(r.CheckpointTime)
@@ -40,6 +44,10 @@ func printRecovery(w io.Writer, r kdb.RecoveryReport) {
 		fmt.Fprintf(w, " (%s)", r.Reason)
 	}
 	fmt.Fprintf(w, ", %d pages scanned, %d free pages, %.1f ms\n", r.PagesScanned, r.FreePages, ms(r.FreeListTime))
+	if r.FreeListLied {
+		fmt.Fprintf(w, "free list LIED: %d listed pages were in use, the first page %d (%s); none was written; the rest of the list was proven again (or is rebuilt by a scan at the next open)\n",
+			r.FreeListLies, r.FreeListLiedPage, r.FreeListLieReason)
+	}
 	if r.RedoApplied {
 		fmt.Fprintf(w, "db.redo:       applied (%d page images)\n", r.RedoPages)
 	} else {
@@ -69,11 +77,11 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	if err := storeExists(dir); err != nil {
-		fmt.Fprintf(stderr, "kdbtool recover: %v\n", err)
-		return exitIO
+	err := storeExists(dir)
+	var db *kdb.DB
+	if err == nil {
+		db, err = kdb.Open(dir, &kdb.Options{ForceFreeListScan: *forceScan, SkipDamagedJournal: *skip})
 	}
-	db, err := kdb.Open(dir, &kdb.Options{ForceFreeListScan: *forceScan, SkipDamagedJournal: *skip})
 	if err != nil {
 		fmt.Fprintf(stderr, "kdbtool recover: %v\n", err)
 		if *asJSON {

@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/pagefile"
 )
 
 func init() {
@@ -89,7 +91,24 @@ var errRefused = errors.New("refused")
 
 // repairStore plans the repair and, with apply, carries it out. out.OK
 // says whether the store is (dry run: already) sound afterwards.
+//
+// With apply it first takes the store's lock, before it reads, moves or
+// writes any file, and holds it until the store is closed again: on a live
+// store it returns ErrLocked having touched nothing, and no writer can open
+// the store while files are moved aside.
 func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut, error) {
+	var fsys vfs.FS = vfs.OS
+	if apply {
+		lk, lfs, err := lockStore(dir)
+		if err != nil {
+			return nil, err
+		}
+		defer lk.Close()
+		fsys = lfs
+	}
+	if lost, why := dataLost(dir); lost {
+		return repairLostData(dir, apply, rebuild, why, fsys, stderr)
+	}
 	in, err := inspectStore(dir)
 	if err != nil {
 		return nil, err
@@ -99,9 +118,13 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		return nil, ioErr
 	}
 	out := &repairOut{Dir: dir, Apply: apply, Problems: chk.Problems, Actions: []repairAction{}, Unfixable: []string{}, Saved: []string{}}
-	if in.raw.TrustedFile != "db.free" {
+	if in.raw.TrustedFile != "db.free" || in.raw.Lies > 0 {
 		why := in.raw.Reason
-		if in.raw.TrustedFile != "" {
+		switch {
+		case in.raw.Lies > 0:
+			why = fmt.Sprintf("%s lists %d pages in use as free, the first %v; kdbtool recover --force-scan does the same",
+				in.raw.TrustedFile, in.raw.Lies, in.raw.FirstLie)
+		case in.raw.TrustedFile != "":
 			why = "db.free does not match the meta; " + in.raw.TrustedFile + " does"
 		}
 		out.Actions = append(out.Actions, repairAction{actRebuildFreeList,
@@ -156,12 +179,62 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		return out, nil
 	}
 
+	lastSeg := ""
+	if n := len(in.Journal.Segments); n > 0 {
+		lastSeg = in.Journal.Segments[n-1].Name
+	}
+	return carryOut(dir, out, lastSeg, in.PageSize, fsys, stderr)
+}
+
+// repairLostData plans (and with apply carries out) the repair of a store
+// that lost db.data (why says so): the index can be rebuilt only from a
+// journal that still begins at db-1.log, and only with --rebuild-index.
+func repairLostData(dir string, apply, rebuild bool, why error, fsys vfs.FS, stderr io.Writer) (*repairOut, error) {
+	out := &repairOut{Dir: dir, Apply: apply, Problems: []problem{{"error", "pagefile", why.Error()}},
+		Actions: []repairAction{}, Unfixable: []string{}, Saved: []string{}}
+	jo, jerr := inspectJournal(dir, nil)
+	switch {
+	case jerr != nil:
+		out.Problems = append(out.Problems, problem{"error", "journal", jerr.Error()})
+		out.Unfixable = append(out.Unfixable, "db.data is missing and the journal is damaged ("+jerr.Error()+
+			"), so the index cannot be rebuilt from it: restore db.data from a backup")
+	case len(jo.Segments) == 0 || jo.Segments[0].ID != 1:
+		first := "no segment"
+		if len(jo.Segments) > 0 {
+			first = jo.Segments[0].Name
+		}
+		out.Unfixable = append(out.Unfixable, fmt.Sprintf("db.data is missing and the journal starts at %s, not db-1.log "+
+			"(older segments were removed after checkpoints had written their changes to db.data), so it no longer holds "+
+			"every write and the index cannot be rebuilt from it: restore db.data from a backup", first))
+	case !rebuild:
+		out.Unfixable = append(out.Unfixable, "db.data is missing; the journal still begins at db-1.log, "+
+			"so rerun with --rebuild-index to rebuild db.data by replaying the whole journal")
+	default:
+		out.Actions = append(out.Actions, repairAction{actRebuildIndex,
+			"db.data is missing: move db.redo, db.free and db.free.prev aside as .broken, create an empty db.data and rebuild it by replaying the whole journal"})
+		if jo.TornBytes > 0 {
+			out.Actions = append(out.Actions, repairAction{actTruncateTail,
+				fmt.Sprintf("truncate the torn journal tail: %d bytes at %s", jo.TornBytes, jo.TornAt)})
+		}
+	}
+	if !apply || len(out.Unfixable) > 0 {
+		return out, nil
+	}
+	return carryOut(dir, out, jo.Segments[len(jo.Segments)-1].Name, 0, fsys, stderr)
+}
+
+// carryOut makes the changes out.Actions plan, under the store's lock
+// (fsys shares it with kdb.Open): it saves every file an Open for writing
+// may change (moving the page-file files aside when the index is rebuilt,
+// which starts from an empty db.data of pageSize, 0: the default), opens
+// and closes the store, and re-inspects and re-checks it.
+func carryOut(dir string, out *repairOut, lastSeg string, pageSize int, fsys vfs.FS, stderr io.Writer) (*repairOut, error) {
 	rebuilding := out.Actions[0].Action == actRebuildIndex
 	// Every file an Open for writing may change: the page-file files and
 	// the last journal segment.
 	files := []string{"db.data", "db.redo", "db.free", "db.free.prev"}
-	if n := len(in.Journal.Segments); n > 0 {
-		files = append(files, in.Journal.Segments[n-1].Name)
+	if lastSeg != "" {
+		files = append(files, lastSeg)
 	}
 	for _, name := range files {
 		p := filepath.Join(dir, name)
@@ -178,7 +251,19 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	if err := syncDir(dir); err != nil {
 		return out, err
 	}
-	db, err := kdb.Open(dir, &kdb.Options{ForceFreeListScan: true})
+	if rebuilding {
+		// kdb.Open never creates a store over a journal (that would be a
+		// store that lost db.data): the empty page file is made here, and
+		// the Open below replays the whole journal into it.
+		pf, _, err := pagefile.Open(dir, pagefile.Options{FS: fsys, PageSize: pageSize})
+		if err != nil {
+			return out, err
+		}
+		if err := pf.Close(); err != nil {
+			return out, err
+		}
+	}
+	db, err := kdb.Open(dir, &kdb.Options{ForceFreeListScan: true, FS: fsys})
 	if err != nil {
 		return out, err
 	}
@@ -194,11 +279,58 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	if ioErr != nil {
 		return out, ioErr
 	}
-	out.After = &repairAfterOut{OK: chk2.OK && after.FreeList.MatchesMeta, Problems: chk2.Problems,
+	out.After = &repairAfterOut{OK: chk2.OK && after.FreeList.MatchesMeta && after.FreeList.LiedPages == 0, Problems: chk2.Problems,
 		FreeListMatchesMeta: after.FreeList.MatchesMeta, FreeListFreePages: after.FreeList.FreePages}
 	out.OK = out.After.OK
 	return out, nil
 }
+
+// lockStore takes the lock of the store in dir (which must be a directory:
+// nothing is created elsewhere) and returns it with a file system for
+// kdb.Open that runs under it (lockedFS).
+func lockStore(dir string) (vfs.Locker, vfs.FS, error) {
+	dir = filepath.Clean(dir)
+	if st, err := os.Stat(dir); err != nil {
+		return nil, nil, err
+	} else if !st.IsDir() {
+		return nil, nil, fmt.Errorf("%s is not a directory", dir)
+	}
+	name := filepath.Join(dir, "lock")
+	// Lock creates the lock file if it is missing, as Open does; in a
+	// directory that holds neither it nor db.data (not a store) nothing is
+	// created.
+	_, lerr := os.Stat(name)
+	if _, derr := os.Stat(filepath.Join(dir, "db.data")); errors.Is(lerr, os.ErrNotExist) && errors.Is(derr, os.ErrNotExist) {
+		return nil, nil, fmt.Errorf("%s is not a kdb store: %w", dir, derr)
+	}
+	lk, err := vfs.OS.Lock(name)
+	if errors.Is(err, vfs.ErrLocked) {
+		return nil, nil, fmt.Errorf("%w: %s: the store is open in another process (or handle); close it first: %w", kdb.ErrLocked, dir, err)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return lk, lockedFS{FS: vfs.OS, lock: name}, nil
+}
+
+// lockedFS is the OS file system for a store whose lock this process
+// already holds: its Lock of that lock file returns a no-op Locker, so that
+// kdb.Open runs under the lock taken first, with no gap in between.
+type lockedFS struct {
+	vfs.FS
+	lock string
+}
+
+func (l lockedFS) Lock(name string) (vfs.Locker, error) {
+	if filepath.Clean(name) == l.lock {
+		return nopLocker{}, nil
+	}
+	return l.FS.Lock(name)
+}
+
+type nopLocker struct{}
+
+func (nopLocker) Close() error { return nil }
 
 // saveBroken saves path as path.broken (or path.broken.N if that exists),
 // by a synced copy, or by a rename if move. It returns the saved name.

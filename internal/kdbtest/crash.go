@@ -26,6 +26,8 @@ type Crasher struct {
 	o   vfs.CrashOptions
 	fs  vfs.FS
 
+	process bool // the image is a process crash (vfs.MemFS.ProcessCrashClone)
+
 	mu struct {
 		sync.Mutex
 		mutations int
@@ -44,6 +46,27 @@ func CrashAt(mem *vfs.MemFS, k int, o vfs.CrashOptions) *Crasher {
 	return c
 }
 
+// ProcessCrashAt is CrashAt for a process crash: the image taken at the
+// k-th mutating operation keeps every earlier write, synced or not
+// (mem.ProcessCrashClone), as the kernel does when a process dies. Recover
+// from it, then take its CrashClone to model a power loss after recovery.
+// Without a crash, Image returns mem.ProcessCrashClone() taken at the call.
+func ProcessCrashAt(mem *vfs.MemFS, k int) *Crasher {
+	c := &Crasher{mem: mem, k: k, process: true}
+	c.fs = newSerialFS(vfs.Intercept(mem, c.hook))
+	return c
+}
+
+// imageLocked takes the crash image of the kind c models.
+//
+// The caller must hold c.mu.
+func (c *Crasher) imageLocked() *vfs.MemFS {
+	if c.process {
+		return c.mem.ProcessCrashClone()
+	}
+	return c.mem.CrashClone(c.o)
+}
+
 func (c *Crasher) hook(e vfs.Event) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -55,7 +78,7 @@ func (c *Crasher) hook(e vfs.Event) error {
 	}
 	c.mu.mutations++
 	if c.mu.mutations == c.k {
-		c.mu.image = c.mem.CrashClone(c.o)
+		c.mu.image = c.imageLocked()
 		c.mu.crashed = true
 		return ErrCrashed
 	}
@@ -82,7 +105,7 @@ func (c *Crasher) Image() *vfs.MemFS {
 	if c.mu.crashed {
 		return c.mu.image
 	}
-	return c.mem.CrashClone(c.o)
+	return c.imageLocked()
 }
 
 // Mutations returns the number of mutating operations seen, the crashing

@@ -159,3 +159,40 @@ func TestCrasher_WriteFileAtomicSweep(t *testing.T) {
 		}
 	}
 }
+
+func TestCrasher_ProcessCrashKeepsUnsynced(t *testing.T) {
+	tests := []struct {
+		k           int
+		seen, power string // "a" as the next process sees it, and after a later power loss; "" = absent
+	}{
+		{1, "", ""},       // nothing written yet
+		{2, "one", ""},    // written, not synced: the next process reads it, a power loss drops it
+		{3, "one", ""},    // synced, but the name is not durable
+		{4, "one", "one"}, // name and first write durable
+		{5, "two", "one"}, // second write only in the OS cache
+		{0, "two", "two"}, // no crash: the image at the end
+	}
+	for _, tt := range tests {
+		c := ProcessCrashAt(vfs.NewMem(), tt.k)
+		if err := workload(c.FS()); errors.Is(err, ErrCrashed) != (tt.k >= 1) {
+			t.Fatalf("k=%d: workload error %v", tt.k, err)
+		}
+		img := c.Image()
+		for _, s := range []struct {
+			fs   *vfs.MemFS
+			want string
+			what string
+		}{{img, tt.seen, "after the process crash"}, {img.CrashClone(vfs.CrashOptions{}), tt.power, "after a later power loss"}} {
+			got, err := vfs.ReadFile(s.fs, "a")
+			if tt.k == 1 && s.want == "" && err == nil && len(got) == 0 {
+				continue // opened (created), nothing written
+			}
+			switch {
+			case s.want == "" && !errors.Is(err, os.ErrNotExist):
+				t.Fatalf("k=%d: %s: a = %q, %v; want absent", tt.k, s.what, got, err)
+			case s.want != "" && (err != nil || string(got) != s.want):
+				t.Fatalf("k=%d: %s: a = %q, %v; want %q", tt.k, s.what, got, err, s.want)
+			}
+		}
+	}
+}

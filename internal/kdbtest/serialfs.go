@@ -87,3 +87,10 @@ type serialFile struct {
 	vfs.File
 	mu *sync.Mutex
 }
+
+// Serialize returns fs with every mutating operation, of the FS and of the
+// files opened through it, run under one mutex. Wrap it around a
+// vfs.Intercept whose hook takes crash images while several goroutines
+// write: each image then reflects exactly the operations that returned
+// before it (see serialFS).
+func Serialize(fs vfs.FS) vfs.FS { return newSerialFS(fs) }

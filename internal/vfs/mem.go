@@ -2,6 +2,7 @@ package vfs
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
@@ -397,7 +398,7 @@ func (m *MemFS) Lock(name string) (Locker, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.mu.locks[key] {
-		return nil, pathErr("lock", name, ErrLocked)
+		return nil, fmt.Errorf("%w: %s: held by this process (a MemFS lives in one)", ErrLocked, name)
 	}
 	m.mu.locks[key] = true
 	return &memLock{fs: m, key: key}, nil
@@ -767,6 +768,15 @@ func (n *memNode) crashImage(rng *rand.Rand, o CrashOptions) []byte {
 	}
 	return img
 }
+
+// ProcessCrashClone returns the state a process crash (SIGKILL, panic,
+// os.Exit) leaves now: the kernel keeps everything the process wrote, so
+// the next process sees every write, truncate and namespace change, synced
+// or not, while what a later power loss keeps is still only what was
+// synced. It is Clone under the name crash tests read: a test that crashes
+// the process, recovers in a second process and then cuts the power (the
+// clone's CrashClone) checks that recovery made durable what it trusted.
+func (m *MemFS) ProcessCrashClone() *MemFS { return m.Clone() }
 
 // Clone returns an exact copy of m: the same visible and durable
 // namespaces, file contents, synced contents and pending changes, so that

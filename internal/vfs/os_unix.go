@@ -77,11 +77,32 @@ func (osFS) SyncDir(dir string) error {
 
 // Lock opens (creating, 0600) name and takes flock(LOCK_EX|LOCK_NB) on it.
 // flock locks belong to the open file description, so a second Lock in the
-// same process conflicts too.
+// same process conflicts too; the process keeps a table of the lock files
+// (by device and inode) it holds, so that its ErrLocked says whether the
+// holder is this process or another one.
 func (osFS) Lock(name string) (Locker, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err
+	}
+	var key lockKey
+	err = control(f, func(fd int) error {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			return err
+		}
+		key = lockKey{dev: uint64(st.Dev), ino: uint64(st.Ino)}
+		return nil
+	})
+	if err != nil {
+		_ = f.Close()
+		return nil, &fs.PathError{Op: "fstat", Path: name, Err: err}
+	}
+	heldLocks.Lock()
+	defer heldLocks.Unlock()
+	if heldLocks.m[key] {
+		_ = f.Close()
+		return nil, fmt.Errorf("%w: %s: held by this process (another handle of it has the store open)", ErrLocked, name)
 	}
 	err = control(f, func(fd int) error {
 		return retryEINTR(func() error { return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) })
@@ -89,22 +110,38 @@ func (osFS) Lock(name string) (Locker, error) {
 	if err != nil {
 		_ = f.Close()
 		if errors.Is(err, unix.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s", ErrLocked, name)
+			return nil, fmt.Errorf("%w: %s: held by another process", ErrLocked, name)
 		}
 		return nil, &fs.PathError{Op: "flock", Path: name, Err: err}
 	}
-	return &osLock{f: f}, nil
+	heldLocks.m[key] = true
+	return &osLock{f: f, key: key}, nil
 }
+
+// lockKey identifies a lock file: its device and inode.
+type lockKey struct{ dev, ino uint64 }
+
+// heldLocks is the table of the lock files this process holds.
+var heldLocks = struct {
+	sync.Mutex
+	m map[lockKey]bool
+}{m: map[lockKey]bool{}}
 
 type osLock struct {
 	once sync.Once
 	f    *os.File
+	key  lockKey
 	err  error
 }
 
 // Close releases the lock by closing its file description.
 func (l *osLock) Close() error {
-	l.once.Do(func() { l.err = l.f.Close() })
+	l.once.Do(func() {
+		heldLocks.Lock()
+		defer heldLocks.Unlock()
+		delete(heldLocks.m, l.key)
+		l.err = l.f.Close()
+	})
 	return l.err
 }
 

@@ -53,8 +53,9 @@ func (o Op) Mutating() bool {
 
 // Errors.
 var (
-	// ErrLocked is returned by Lock when another holder has the lock.
-	ErrLocked = errors.New("vfs: locked by another process")
+	// ErrLocked is returned by Lock when another holder has the lock; the
+	// message says whether it is this process or another one.
+	ErrLocked = errors.New("vfs: locked")
 	// ErrMmapUnsupported is returned by Mmap when the FS cannot map files;
 	// callers fall back to ReadAt.
 	ErrMmapUnsupported = errors.New("vfs: mmap not supported")

@@ -1,0 +1,90 @@
+//go:build linux
+
+package bench
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// BenchmarkFsyncFloor measures the physical limit of one durable writer on
+// the benchmark's disk: a 1 KiB pwrite at the next offset followed by an
+// fdatasync, in a loop, into a file in b.TempDir() (or a fresh directory
+// under KDB_BENCH_DIR, to measure another disk). Nothing of kdb runs. The
+// sub-benchmarks are the states a journal segment's blocks can be in:
+//
+//	file=fallocated  preallocated with fallocate(2) and never written, as a
+//	                 new segment is: the file system converts each unwritten
+//	                 extent it writes into at the sync;
+//	file=written     every block written (zeros) and synced beforehand, as a
+//	                 zero-filled or recycled segment is.
+//
+// fsyncs/s is b.N over the wall time of the loop. Every other write
+// figure is best read as a ratio to this one measured in the same run, e.g.
+//
+//	go test ./bench -run '^$' -bench 'FsyncFloor|Write/writers=1' -benchtime 3s
+func BenchmarkFsyncFloor(b *testing.B) {
+	const rec = 1024
+	for _, state := range []string{"fallocated", "written"} {
+		b.Run("file="+state, func(b *testing.B) {
+			dir := b.TempDir()
+			if d := os.Getenv("KDB_BENCH_DIR"); d != "" {
+				if err := os.MkdirAll(d, 0o750); err != nil {
+					b.Fatal(err)
+				}
+				var err error
+				if dir, err = os.MkdirTemp(d, "floor-"); err != nil {
+					b.Fatal(err)
+				}
+				defer os.RemoveAll(dir)
+			}
+			f, err := os.OpenFile(filepath.Join(dir, "floor.log"), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer f.Close()
+			fd := int(f.Fd())
+			// Room for b.N records, in whole MiB.
+			size := (int64(b.N)*rec + 1<<20 - 1) &^ (1<<20 - 1)
+			switch state {
+			case "fallocated":
+				if err := unix.Fallocate(fd, 0, 0, size); err != nil {
+					b.Skipf("fallocate: %v", err)
+				}
+			case "written":
+				zeros := make([]byte, 1<<20)
+				for off := int64(0); off < size; off += int64(len(zeros)) {
+					if _, err := unix.Pwrite(fd, zeros, off); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			if err := unix.Fsync(fd); err != nil { // the size and the blocks, before the clock starts
+				b.Fatal(err)
+			}
+			buf := make([]byte, rec)
+			for i := range buf {
+				buf[i] = byte(i*7 + 1)
+			}
+			b.SetBytes(rec)
+			b.ResetTimer()
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				buf[0] = byte(i)
+				if _, err := unix.Pwrite(fd, buf, int64(i)*rec); err != nil {
+					b.Fatal(err)
+				}
+				if err := unix.Fdatasync(fd); err != nil {
+					b.Fatal(err)
+				}
+			}
+			el := time.Since(start)
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/el.Seconds(), "fsyncs/s")
+		})
+	}
+}

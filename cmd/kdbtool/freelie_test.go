@@ -1,0 +1,151 @@
+package main
+
+import (
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kdb-project/kdb/internal/checksum"
+)
+
+// lieFreeFile rewrites dir's db.free (FORMAT.md §2 "db.free") keeping its
+// store ID, checkpoint ID and page count, so that Open trusts it, but
+// listing every data page [3, page count) as free, the live ones included.
+func lieFreeFile(t *testing.T, dir string) {
+	t.Helper()
+	name := filepath.Join(dir, "db.free")
+	b, err := os.ReadFile(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	le := binary.LittleEndian
+	pageCount := le.Uint64(b[48:])
+	out := make([]byte, 72+16)
+	copy(out[8:56], b[8:56])
+	le.PutUint64(out[56:], 1)
+	le.PutUint64(out[64:], pageCount-3)
+	le.PutUint64(out[72:], 3)
+	le.PutUint64(out[80:], pageCount-3)
+	le.PutUint64(out[0:], checksum.Sum64(out[8:]))
+	if err := os.WriteFile(name, out, 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// problemsOf returns the problems of a decoded inspect/check/repair
+// document as "severity area: message" lines.
+func problemsOf(t *testing.T, m map[string]any, field string) []string {
+	t.Helper()
+	var out []string
+	ps, _ := m[field].([]any)
+	for _, p := range ps {
+		pm := p.(map[string]any)
+		out = append(out, pm["severity"].(string)+" "+pm["area"].(string)+": "+pm["message"].(string))
+	}
+	return out
+}
+
+func hasProblem(ps []string, prefix, substr string) bool {
+	for _, p := range ps {
+		if strings.HasPrefix(p, prefix) && strings.Contains(p, substr) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestFreeListLie_InspectCheckRepair: a db.free that passes every check
+// Open makes but lists live pages. inspect and check report it as an error
+// of the free list (not of the index), repair's dry run advises what fixes
+// it, and repair --apply fixes it.
+func TestFreeListLie_InspectCheckRepair(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 500)
+	lieFreeFile(t, dir)
+
+	code, m := runJSON(t, "inspect", "--json", dir)
+	ps := problemsOf(t, m, "problems")
+	if code != exitProblems || !hasProblem(ps, "error free_list", "in use as free") ||
+		!hasProblem(ps, "error free_list", "recover --force-scan") || !hasProblem(ps, "error free_list", "repair --apply") {
+		t.Fatalf("inspect: exit %d, problems %q", code, ps)
+	}
+	if n := jget(t, m, "free_list.lied_pages").(float64); n == 0 || jget(t, m, "free_list.first_lied_page").(float64) < 3 {
+		t.Fatalf("inspect: free_list %v", m["free_list"])
+	}
+	_, text, _ := runTool(t, "inspect", dir)
+	if !strings.Contains(text, "LIES") {
+		t.Fatalf("inspect text:\n%s", text)
+	}
+
+	code, m = runJSON(t, "check", "--json", dir)
+	ps = problemsOf(t, m, "problems")
+	if code != exitProblems || m["ok"] != false || !hasProblem(ps, "error free_list", "in use as free") {
+		t.Fatalf("check: exit %d, %v", code, m)
+	}
+	for _, p := range ps {
+		if !strings.HasPrefix(p, "error free_list") {
+			t.Errorf("check: other problem %q", p)
+		}
+	}
+	if jget(t, m, "index.Keys").(float64) == 0 {
+		t.Errorf("check: index not checked: %v", m["index"])
+	}
+
+	before := snapshotFiles(t, dir)
+	code, m = runJSON(t, "repair", "--json", dir)
+	acts, _ := m["actions"].([]any)
+	if code != exitProblems || len(acts) != 1 || len(m["unfixable"].([]any)) != 0 {
+		t.Fatalf("repair dry run: exit %d, %v", code, m)
+	}
+	a := acts[0].(map[string]any)
+	if a["action"] != actRebuildFreeList || !strings.Contains(a["detail"].(string), "recover --force-scan") {
+		t.Fatalf("repair dry run action %v", a)
+	}
+	_, text, _ = runTool(t, "repair", dir)
+	if !strings.Contains(text, "--apply") || strings.Contains(text, "--rebuild-index") {
+		t.Fatalf("repair dry run text:\n%s", text)
+	}
+	requireSameFiles(t, before, snapshotFiles(t, dir))
+
+	code, m = runJSON(t, "repair", "--json", "--apply", dir)
+	if code != exitOK || m["ok"] != true || jget(t, m, "after.ok") != true || jget(t, m, "recovery.free_list_path") != "scanned" {
+		t.Fatalf("repair --apply: exit %d, %v", code, m)
+	}
+	code, m = runJSON(t, "inspect", "--json", dir)
+	if code != exitOK || jget(t, m, "free_list.lied_pages") != float64(0) || jget(t, m, "free_list.open_would") != "trusted" {
+		t.Fatalf("inspect after repair: exit %d, %v", code, m)
+	}
+	if code, m = runJSON(t, "check", "--json", dir); code != exitOK || m["ok"] != true {
+		t.Fatalf("check after repair: exit %d, %v", code, m)
+	}
+}
+
+// TestFreeListLie_Recover: recover on a lying db.free reports the lie
+// (free_list_lied and the first page), writes none of the pages, and
+// leaves a store that check passes and that recovers without a lie.
+func TestFreeListLie_Recover(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 500)
+	lieFreeFile(t, dir)
+	code, m := runJSON(t, "recover", "--json", dir)
+	if code != exitOK || m["free_list_path"] != "trusted" || m["free_list_lied"] != true ||
+		m["free_list_lied_page"].(float64) < 3 || m["free_list_lies"].(float64) == 0 || m["free_list_lie_reason"] == "" {
+		t.Fatalf("recover: exit %d, %v", code, m)
+	}
+	if code, m := runJSON(t, "check", "--json", dir); code != exitOK || m["ok"] != true {
+		t.Fatalf("check after recover: exit %d, %v", code, m)
+	}
+	code, out, _ := runTool(t, "recover", dir)
+	if code != exitOK || strings.Contains(out, "LIED") {
+		t.Fatalf("second recover: exit %d\n%s", code, out)
+	}
+
+	dir = makeStore(t, 500)
+	lieFreeFile(t, dir)
+	code, out, _ = runTool(t, "recover", dir)
+	if code != exitOK || !strings.Contains(out, "free list LIED: ") || !strings.Contains(out, "none was written") {
+		t.Fatalf("recover (text): exit %d\n%s", code, out)
+	}
+}

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/internal/vfs"
+)
+
+// fileStates returns every file's bytes and modification time in dir, so
+// that a test sees a rewrite with the same bytes too.
+func fileStates(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	for n, b := range snapshotFiles(t, dir) {
+		st, err := os.Stat(filepath.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[n] = string(b) + "\x00" + st.ModTime().Format(time.RFC3339Nano)
+	}
+	return m
+}
+
+func requireUntouched(t *testing.T, what string, before, after map[string]string) {
+	t.Helper()
+	for n, b := range before {
+		if a, ok := after[n]; !ok {
+			t.Errorf("%s: %s removed or moved", what, n)
+		} else if a != b {
+			t.Errorf("%s: %s changed", what, n)
+		}
+	}
+	for n := range after {
+		if _, ok := before[n]; !ok {
+			t.Errorf("%s: %s created", what, n)
+		}
+	}
+}
+
+// TestRepair_ApplyOnLiveStoreIsLocked: repair --apply, every variant, on a
+// store another handle holds gets ErrLocked and touches nothing: no file
+// read-moved, rewritten or created (no .broken copy).
+func TestRepair_ApplyOnLiveStoreIsLocked(t *testing.T) {
+	t.Parallel()
+	variants := [][]string{{"--apply"}, {"--apply", "--rebuild-index"}}
+
+	// A live store: a writable handle of this process holds it (flock
+	// locks belong to the open file description, so the tool's own Lock
+	// conflicts as another process's would).
+	dir := makeStore(t, 300)
+	db, err := kdb.Open(dir, &kdb.Options{SegmentSize: testSegmentSize, CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	before := fileStates(t, dir)
+	time.Sleep(20 * time.Millisecond) // a rewrite would show in the mtimes
+	for _, v := range variants {
+		args := append(append([]string{"repair"}, v...), dir)
+		code, out, errs := runTool(t, args...)
+		if code != exitIO || !strings.Contains(errs, "locked") {
+			t.Errorf("%v on a live store: exit %d, stderr %q, want exit %d and locked", args, code, errs, exitIO)
+		}
+		if out != "" {
+			t.Errorf("%v: printed %q", args, out)
+		}
+		requireUntouched(t, strings.Join(args, " "), before, fileStates(t, dir))
+	}
+
+	// A store with something to repair (a stale db.free), its lock held
+	// as a live process holds it: still nothing is touched.
+	dir = makeStore(t, 300)
+	staleFree(t, dir)
+	lk, err := vfs.OS.Lock(filepath.Join(dir, "lock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before = fileStates(t, dir)
+	for _, v := range variants {
+		args := append(append([]string{"repair", "--json"}, v...), dir)
+		code, _, errs := runTool(t, args...)
+		if code != exitIO || !strings.Contains(errs, kdb.ErrLocked.Error()) {
+			t.Errorf("%v with the lock held: exit %d, stderr %q", args, code, errs)
+		}
+		requireUntouched(t, strings.Join(args, " "), before, fileStates(t, dir))
+	}
+	if err := lk.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// Released, the repair runs (under its own lock, which kdb.Open shares).
+	code, m := runJSON(t, "repair", "--json", "--apply", dir)
+	if code != 0 || jget(t, m, "after.free_list_matches_meta") != true {
+		t.Errorf("repair --apply after the lock was released: exit %d, %v", code, m)
+	}
+	// And the lock is released again at the end.
+	lk, err = vfs.OS.Lock(filepath.Join(dir, "lock"))
+	if err != nil {
+		t.Fatalf("lock after repair: %v", err)
+	}
+	lk.Close()
+}
+
+// TestRepair_ApplyOnNonStoreCreatesNothing: repair --apply in a directory
+// that is not a store exits 3 and leaves no lock file behind.
+func TestRepair_ApplyOnNonStoreCreatesNothing(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if code, _, errs := runTool(t, "repair", "--apply", dir); code != exitIO || !strings.Contains(errs, "not a kdb store") {
+		t.Errorf("exit %d: %s", code, errs)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("created %v", ents)
+	}
+}

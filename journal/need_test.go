@@ -1,0 +1,77 @@
+package journal
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestOpen_NeedNamesMissingSegments: segments the caller needs
+// (Options.Need) that are missing before the first or after the last
+// segment are ErrCorrupt naming them; with SkipDamaged they are skipped and
+// a new segment is numbered after Need.Last.
+func TestOpen_NeedNamesMissingSegments(t *testing.T) {
+	t.Parallel()
+	fs, j, _ := build(t, Options{SegmentSize: 8 << 10}, 120)
+	mustClose(t, j)
+	ids := segmentsOf(t, fs)
+	if len(ids) < 4 {
+		t.Fatalf("%d segments, want 4 or more", len(ids))
+	}
+	last := ids[len(ids)-1]
+	// GC removed db-1.log: not missing when the caller needs from db-2.log.
+	if err := fs.Remove(filepath.Join(testDir, ids[0].String())); err != nil {
+		t.Fatal(err)
+	}
+	j, _ = openMem(t, fs, Options{SegmentSize: 8 << 10, ReadOnly: true, Need: Need{First: 2, Last: last}})
+	mustClose(t, j)
+
+	for _, c := range []struct {
+		need Need
+		want string
+	}{
+		{Need{First: 1}, "db-1.log@0: segments db-1.log to db-1.log are missing: the journal begins at db-2.log"},
+		{Need{First: 2, Last: last + 2}, (last + 1).String() + "@0: segments " + (last + 1).String() + " to " + (last + 2).String() + " are missing: the journal ends at " + last.String()},
+	} {
+		_, _, err := Open(testDir, Options{FS: fs, SegmentSize: 8 << 10, Need: c.need})
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Need %+v: %v, want ErrCorrupt with %q", c.need, err, c.want)
+		}
+	}
+
+	j, rep := openMem(t, fs, Options{SegmentSize: 8 << 10, SkipDamaged: true, Need: Need{First: 1, Last: last + 2}})
+	if len(rep.Skipped) != 2 {
+		t.Errorf("skipped %+v, want the first and the last two", rep.Skipped)
+	}
+	locs, err := j.Append(Record{Type: 1, Payload: []byte("after")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if locs[0].Segment != last+3 {
+		t.Errorf("appended at %s, want a new %s", locs[0], last+3)
+	}
+	mustClose(t, j)
+}
+
+func segmentsOf(t *testing.T, fs interface {
+	ReadDir(string) ([]string, error)
+}) []SegmentID {
+	t.Helper()
+	names, err := fs.ReadDir(testDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []SegmentID
+	for _, n := range names {
+		if id, ok := parseSegmentName(n); ok {
+			ids = append(ids, id)
+		}
+	}
+	for i := 1; i < len(ids); i++ { // ReadDir sorts names, not numbers
+		for k := i; k > 0 && ids[k] < ids[k-1]; k-- {
+			ids[k], ids[k-1] = ids[k-1], ids[k]
+		}
+	}
+	return ids
+}

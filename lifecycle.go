@@ -1,0 +1,242 @@
+package kdb
+
+import (
+	"bytes"
+	"fmt"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/kdb-project/kdb/journal"
+)
+
+// Lifecycle: running Views, Close, journal GC and nested calls.
+//
+// Every View (Get, View, Update's reads, Export, the broker's reads)
+// registers in views while it runs. The registry serves three purposes:
+//
+//   - Close marks it closing (new Views get ErrClosed), waits up to
+//     Options.CloseWait for the running ones, then marks it gone: the Views
+//     still running get ErrClosed from their next Snapshot or Iter call. The
+//     page file stays open and mapped until the last of them returns (the
+//     last View closes it), so a cursor step or a key slice in flight never
+//     reads unmapped memory.
+//   - Journal GC removes only segments below the floor of every running
+//     View: a View registers the GC floor of its start (every segment below
+//     it may be gone already, none at or above it is), and GC raises the
+//     floor to its own limit before it removes anything. A View's snapshot
+//     refers only to values in segments at or above the floor it registered
+//     (see gc), so nothing it may read is removed while it runs, and GC never
+//     waits for a View: what a View pins is removed by the first GC after it
+//     ends.
+//   - Stats and tests see how many Views run.
+type viewRegistry struct {
+	mu      sync.Mutex
+	closing bool                      // Close began: new Views get ErrClosed
+	floors  map[journal.SegmentID]int // the floor each running View registered -> Views
+	n       int                       // running Views
+	floor   journal.SegmentID         // GC may have removed every segment below it
+	idle    chan struct{}             // closed when n drops to 0 while Close waits
+	release func()                    // run by the last View after Close gave up waiting
+	// postponed: the last GC kept segments for a running View; the View
+	// holding the lowest floor wakes the checkpointer when it ends, which
+	// runs GC again (gcPostponed).
+	postponed bool
+	wanted    journal.SegmentID // the limit that GC lowered for them
+	gone      atomic.Bool       // Close stopped waiting: Snapshot calls return ErrClosed
+}
+
+// beginView registers a View, or returns ErrClosed once Close has begun.
+func (db *DB) beginView() (journal.SegmentID, error) {
+	r := &db.views
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return 0, ErrClosed
+	}
+	if r.floors == nil {
+		r.floors = make(map[journal.SegmentID]int)
+	}
+	r.floors[r.floor]++
+	r.n++
+	return r.floor, nil
+}
+
+// endView unregisters a View that registered floor.
+func (db *DB) endView(floor journal.SegmentID) {
+	r := &db.views
+	r.mu.Lock()
+	kick := false
+	if r.floors[floor]--; r.floors[floor] == 0 {
+		delete(r.floors, floor)
+		kick = r.postponed
+	}
+	r.n--
+	var release func()
+	if r.n == 0 {
+		if r.idle != nil {
+			close(r.idle)
+			r.idle = nil
+		}
+		release, r.release = r.release, nil
+	}
+	r.mu.Unlock()
+	if release != nil {
+		release()
+	}
+	if kick {
+		db.kickCheckpoint()
+	}
+}
+
+// gcLimit lowers limit to the floor of every running View and raises the
+// registry's floor to the result: Views that begin from now on need nothing
+// below it.
+func (db *DB) gcLimit(limit journal.SegmentID) journal.SegmentID {
+	r := &db.views
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	want := limit
+	for f := range r.floors {
+		limit = min(limit, f)
+	}
+	r.floor = max(r.floor, limit)
+	r.postponed, r.wanted = limit < want, want
+	return limit
+}
+
+// gcPostponed reports whether the last GC kept segments for a View that
+// has ended since (no running View holds a floor as low as it did).
+func (db *DB) gcPostponed() bool {
+	r := &db.views
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if !r.postponed {
+		return false
+	}
+	for f := range r.floors {
+		if f < r.wanted {
+			return false // still held
+		}
+	}
+	return true
+}
+
+// closeViews stops new Views and waits until deadline for the running ones.
+// It returns whether some still run: then they own the page file's close,
+// which the last of them runs through closePF.
+func (db *DB) closeViews(deadline time.Time, closePF func()) (lingering bool) {
+	r := &db.views
+	r.mu.Lock()
+	r.closing = true
+	var idle chan struct{}
+	if r.n > 0 {
+		if r.idle == nil {
+			r.idle = make(chan struct{})
+		}
+		idle = r.idle
+	}
+	r.mu.Unlock()
+	if idle != nil {
+		if d := time.Until(deadline); d > 0 {
+			t := time.NewTimer(d)
+			select {
+			case <-idle:
+			case <-t.C:
+			}
+			t.Stop()
+		}
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.gone.Store(true)
+	if r.n == 0 {
+		return false
+	}
+	r.release = closePF
+	return true
+}
+
+// stopViews marks the registry closing without waiting (Close uses it at
+// once, so that Views beginning during its checkpoint get ErrClosed).
+func (db *DB) stopViews() {
+	db.views.mu.Lock()
+	db.views.closing = true
+	db.views.mu.Unlock()
+}
+
+// runningViews returns how many Views run.
+func (db *DB) runningViews() int {
+	db.views.mu.Lock()
+	defer db.views.mu.Unlock()
+	return db.views.n
+}
+
+// Nested calls. Update holds writeMu exclusively while its function runs;
+// Write, Put, Delete, the broker's writes and Close need writeMu too. From
+// another goroutine they simply wait for the Update, which is ordinary
+// concurrency. From the goroutine running the Update's function they would
+// wait for themselves: that is refused at once with ErrInvalid. Go has no
+// goroutine-local state, so Update records its goroutine's ID (parsed from
+// the runtime's stack header) and a caller that finds writeMu taken compares
+// its own. The ID is parsed only by Update and by a caller that would
+// otherwise block, never on the uncontended path of Write.
+//
+// A function that hands the DB to another goroutine and waits for it to
+// write still deadlocks; that cannot be told apart from ordinary waiting.
+
+// lockWrite takes writeMu exclusively, or returns ErrInvalid if the caller
+// is inside an Update's function.
+func (db *DB) lockWrite(call string) error {
+	if db.writeMu.TryLock() {
+		return nil
+	}
+	if err := db.nested(call); err != nil {
+		return err
+	}
+	db.writeMu.Lock()
+	return nil
+}
+
+// rlockWrite takes writeMu shared, or returns ErrInvalid if the caller is
+// inside an Update's function.
+func (db *DB) rlockWrite(call string) error {
+	if db.writeMu.TryRLock() {
+		return nil
+	}
+	if err := db.nested(call); err != nil {
+		return err
+	}
+	db.writeMu.RLock()
+	return nil
+}
+
+// nested returns ErrInvalid if the calling goroutine runs an Update's
+// function.
+func (db *DB) nested(call string) error {
+	if u := db.updater.Load(); u != 0 && u == goid() {
+		return fmt.Errorf("%w: %s called inside an Update's function would wait for that Update forever: use the Txn, or call it after Update returns", ErrInvalid, call)
+	}
+	return nil
+}
+
+// goid returns the calling goroutine's ID, from the header of its stack
+// trace ("goroutine 18 [running]:"), or 0 if that cannot be read.
+func goid() uint64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b, ok := bytes.CutPrefix(b, []byte("goroutine "))
+	if !ok {
+		return 0
+	}
+	if i := bytes.IndexByte(b, ' '); i > 0 {
+		b = b[:i]
+	}
+	id, err := strconv.ParseUint(string(b), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return id
+}

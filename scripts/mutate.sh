@@ -1,0 +1,145 @@
+#!/usr/bin/env bash
+# Mutation check of the durable write path: applies, one at a time, a list
+# of deliberate breakages (a skipped fsync, a missing directory sync, a
+# relaxed recovery rule, ...) to a scratch copy of the tree and runs the
+# default test suite's relevant packages against each. Every mutation must
+# make a test fail; the script prints a table and exits 1 if one survived
+# or its anchor was not found.
+#
+#   bash scripts/mutate.sh                 # all mutations
+#   bash scripts/mutate.sh journal-open-sync-removed ack-before-fsync   # some
+#   MUTATE_DRY=1 bash scripts/mutate.sh    # only check that the anchors apply and build
+#
+# How a mutation is tested, to keep it fast:
+#   1. go test -short -failfast -tags kdb_invariants on the mutated file's
+#      package(s) and the root package (the root's crash tests exercise
+#      every layer), WITHOUT the race detector;
+#   2. if nothing failed, the crash campaigns scripts/test.sh runs at
+#      their default size (no -short), still without -race.
+# A mutation is "caught" if either step fails; the table names the first
+# failing test. Each anchor is a literal string that must occur exactly
+# once in its file: a refactor that moves it makes the mutation report
+# "anchor not found" instead of silently testing nothing. Update the
+# anchor when that happens.
+set -uo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/kdb-mutate.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+(cd "$root" && git ls-files -z -co --exclude-standard | tar --null -T - -cf - 2>/dev/null) | tar -xf - -C "$scratch"
+
+# Each mutation: name, file, anchor, replacement, packages, what it breaks.
+# Fields are separated by the ASCII unit separator; anchors and
+# replacements are literal (no regex), $'...' strings may hold \n and \t.
+US=$'\x1f'
+MUTATIONS=()
+m() { MUTATIONS+=("$1$US$2$US$3$US$4$US$5$US$6"); }
+
+# ---- The committer and journal writer (being rewritten: keep these few
+# ---- anchors up to date with db.go and journal/writer.go).
+m journal-fdatasync-skipped journal/writer.go \
+  'err := w.seg.f.Sync()' 'err := error(nil)' \
+  './journal .' "the journal's fdatasync of a commit round is skipped: acknowledged batches are not durable"
+m ack-before-fsync db.go \
+  'sync := journal.SyncAlways' 'sync := journal.SyncInterval' \
+  '.' "the database's SyncAlways maps to the journal's SyncInterval: a write is acknowledged before its fsync"
+m segment-dirsync-skipped journal/writer.go \
+  '{"sync dir", func() error { return fsys.SyncDir(j.dir) }},' '{"sync dir", func() error { return nil }},' \
+  './journal .' "a new segment's name is not made durable after its rename"
+# ---- Recovery: the journal's open.
+m journal-open-sync-removed journal/scan.go \
+  'if err := last.f.Sync(); err != nil {' 'if err := error(nil); err != nil {' \
+  './journal .' "records Open finds only in the OS cache are trusted (replayed, checkpointed past) without an fdatasync"
+m journal-open-dirsync-removed journal/scan.go \
+  $'if !j.opts.ReadOnly {\n\t\t// Even when no .tmp was removed' $'if false {\n\t\t// Even when no .tmp was removed' \
+  './journal .' "Open trusts segment names a dead process renamed but never made durable"
+m torn-tail-relaxed journal/scan.go \
+  'durable := fw.maxSynced > damageStart' 'durable := false' \
+  './journal .' "damage before a frame that proves the bytes were synced is truncated as a torn tail (silent loss)"
+# ---- Checkpoints: db.redo, db.data, db.free.
+m redo-sync-skipped pagefile/checkpoint.go \
+  'if err := f.sync(f.redo, f.redoName); err != nil {' 'if err := error(nil); err != nil {' \
+  './pagefile .' "db.redo is not synced before db.data is overwritten in place"
+m data-sync-skipped pagefile/checkpoint.go \
+  $'if err := f.sync(f.data, f.dataName); err != nil {\n\t\treturn nil, err\n\t}\n\t// 4. Mark' $'if err := error(nil); err != nil {\n\t\treturn nil, err\n\t}\n\t// 4. Mark' \
+  './pagefile .' "db.data is not synced before db.redo is marked applied and the journal is collected"
+m free-sync-skipped pagefile/checkpoint.go \
+  'if err := f.sync(file, tmp); err != nil {' 'if err := error(nil); err != nil {' \
+  './pagefile .' "db.free.tmp is not synced before it is renamed to db.free"
+m free-dirsync-skipped pagefile/checkpoint.go \
+  'if err := f.fs.SyncDir(filepath.Dir(f.freeName)); err != nil {' 'if err := error(nil); err != nil {' \
+  './pagefile .' "the renames of db.free and db.free.prev are not made durable before the meta names the new checkpoint"
+m atomic-write-dirsync-skipped internal/vfs/helpers.go \
+  'return fsys.SyncDir(filepath.Dir(name))' 'return func() error { _ = filepath.Dir(name); return nil }()' \
+  './internal/... ./pagefile .' "vfs.WriteFileAtomic does not sync the directory after its rename"
+# ---- Recovery: the free list and the replay.
+m free-trusted-without-id pagefile/open.go \
+  'case ff.id != meta.ID:' 'case false && ff.id != meta.ID:' \
+  './pagefile .' "db.free is trusted without its checkpoint ID matching the meta"
+m free-trusted-without-pagecount pagefile/open.go \
+  'case ff.pageCount != meta.PageCount:' 'case false && ff.pageCount != meta.PageCount:' \
+  './pagefile .' "db.free is trusted without its page count matching the meta"
+m one-record-less-replayed recovery/replay.go \
+  'if err := o.Apply(tx, loc, r); err != nil {' 'if n == 0 && rep.RecordsReplayed == 0 { n++; last = loc; return nil }; if err := o.Apply(tx, loc, r); err != nil {' \
+  '.' "recovery skips the first journal record after the checkpoint's replay position"
+
+campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
+want=("$@")
+rows=()
+survivors=0
+for entry in "${MUTATIONS[@]}"; do
+  IFS="$US" read -r -d '' name file anchor repl pkgs what < <(printf '%s\0' "$entry")
+  if [ ${#want[@]} -gt 0 ] && [[ ! " ${want[*]} " == *" $name "* ]]; then
+    continue
+  fi
+  cp "$root/$file" "$scratch/$file"
+  if ! ANCHOR="$anchor" REPL="$repl" perl -0777 -i -pe '
+      BEGIN { $a = $ENV{ANCHOR}; $r = $ENV{REPL}; $n = 0 }
+      $n = () = /\Q$a\E/g; s/\Q$a\E/$r/ if $n == 1;
+      END { exit($n == 1 ? 0 : 3) }' "$scratch/$file"; then
+    rows+=("$name$US$what$US-${US}anchor not found")
+    survivors=$((survivors + 1))
+    cp "$root/$file" "$scratch/$file"
+    echo "== $name: anchor not found in $file" >&2
+    continue
+  fi
+  echo "== $name ($file)" >&2
+  if [ -n "${MUTATE_DRY:-}" ]; then # only check that every anchor applies
+    (cd "$scratch" && go build ./... >/dev/null 2>&1) && caught=applies || caught="does not build"
+    rows+=("$name$US$what$US-$US$caught")
+    cp "$root/$file" "$scratch/$file"
+    continue
+  fi
+  log="$scratch/.mutate-$name.log"
+  if ! (cd "$scratch" && go vet ./... ) >"$log" 2>&1; then
+    rows+=("$name$US$what$US-${US}does not build")
+    survivors=$((survivors + 1))
+    cp "$root/$file" "$scratch/$file"
+    continue
+  fi
+  caught=no
+  by=-
+  # shellcheck disable=SC2086
+  if ! (cd "$scratch" && go test -short -failfast -count=1 -tags kdb_invariants -timeout 10m $pkgs) >"$log" 2>&1; then
+    caught=yes
+  elif ! (cd "$scratch" && go test -failfast -count=1 -tags kdb_invariants -timeout 15m -run "$campaign" .) >>"$log" 2>&1; then
+    caught=yes
+  fi
+  if [ $caught = yes ]; then
+    by=$(grep -m1 -oE -- '--- FAIL: [^ ]+' "$log" | sed 's/--- FAIL: //')
+    [ -n "$by" ] || by="build: $(grep -m1 -E '\.go:[0-9]+' "$log" | cut -c1-60)"
+  else
+    survivors=$((survivors + 1))
+  fi
+  rows+=("$name$US$what$US$by$US$caught")
+  cp "$root/$file" "$scratch/$file"
+done
+
+printf '\n| mutation | what it breaks | caught by | caught |\n|---|---|---|---|\n'
+for r in "${rows[@]}"; do
+  IFS="$US" read -r name what by caught <<<"$r"
+  printf '| %s | %s | %s | %s |\n' "$name" "$what" "$by" "$caught"
+done
+if [ $survivors -gt 0 ] && [ -z "${MUTATE_DRY:-}" ]; then
+  echo "$survivors mutation(s) survived or could not be applied" >&2
+  exit 1
+fi
