@@ -90,7 +90,7 @@ type SubInfo struct {
 //
 // A writer holds mu while it reads the state it needs (the index, overlaid
 // by the batches submitted but not yet applied: ov), computes its batch and
-// submits it to the committer; it releases mu before waiting for the fsync,
+// submits it to the commit queue; it releases mu before waiting for the fsync,
 // so concurrent producers share fsyncs (group commit) while submission
 // order, which is journal order and apply order, is the order in which
 // their sequence numbers were assigned.
@@ -530,14 +530,17 @@ func (w *bwrite) ackSub(topic, sub string, seqs []uint64) error {
 // until theirs is applied; the others release it once their batch is
 // submitted. On return (nil) the batch is durable and applied.
 func (db *DB) brokerWrite(exclusive bool, fn func(w *bwrite) error) error {
-	err := db.brokerCommit(exclusive, fn)
+	err := db.brokerCommit(exclusive, false, fn)
 	if err == nil && !exclusive {
 		db.maybeCompact()
 	}
 	return err
 }
 
-func (db *DB) brokerCommit(exclusive bool, fn func(w *bwrite) error) error {
+// brokerCommit builds and commits one batch (see brokerWrite). async: the
+// batch is not waited durable (AckAsync); exclusive operations are never
+// async.
+func (db *DB) brokerCommit(exclusive, async bool, fn func(w *bwrite) error) error {
 	if err := db.rlockWrite("a broker write"); err != nil {
 		return err
 	}
@@ -567,7 +570,7 @@ func (db *DB) brokerCommit(exclusive bool, fn func(w *bwrite) error) error {
 		b.mu.Unlock()
 		return err
 	}
-	req, err := db.submit(w.ops)
+	req, err := db.submit(w.ops, async)
 	if err != nil {
 		b.mu.Unlock()
 		return err
@@ -589,7 +592,7 @@ func (db *DB) brokerCommit(exclusive bool, fn func(w *bwrite) error) error {
 	b.fmu.Unlock()
 	b.mu.Unlock()
 
-	err = <-req.done
+	err = db.wait(req)
 	b.done()
 	b.mu.Lock()
 	for _, k := range keys {
@@ -633,6 +636,24 @@ func (db *DB) Send(kind DestKind, dest string, m *Message) (uint64, error) {
 // fails the whole call with ErrNotFound. On return (nil) it is durable.
 func (db *DB) Ack(kind DestKind, dest string, seqs ...uint64) error {
 	return db.brokerWrite(false, func(w *bwrite) error { return w.ack(kind, dest, seqs) })
+}
+
+// AckAsync removes the given messages of a queue, as Ack, but does not wait
+// for them to be durable: the ack is journaled and applied (readers no
+// longer see the messages) before it returns, and made durable by the next
+// synced write (a Send, an Ack, any Write) or within Options.SyncInterval,
+// whichever comes first. A crash before then loses the ack, not the
+// message: it is delivered again (at-least-once), never acked twice, and
+// every message sent and acknowledged is still there. Concurrent Sends
+// carry AckAsync's records in their fsync, so a producer that sends and
+// acks in a loop pays about one fsync per pair. Under Options.Sync other
+// than SyncAlways it is Ack.
+func (db *DB) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
+	err := db.brokerCommit(false, true, func(w *bwrite) error { return w.ack(kind, dest, seqs) })
+	if err == nil {
+		db.maybeCompact()
+	}
+	return err
 }
 
 // AckSub acknowledges messages for one durable subscription of a topic; a

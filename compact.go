@@ -131,7 +131,7 @@ func (db *DB) compact() (int, error) {
 	budget := db.maxGroup / 4
 	for more := true; more; {
 		more = false
-		err := db.brokerCommit(true, func(w *bwrite) error {
+		err := db.brokerCommit(true, false, func(w *bwrite) error {
 			names, err := w.s.tx.Trees()
 			if err != nil {
 				return err

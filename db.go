@@ -21,20 +21,21 @@ import (
 
 // DB is an open store.
 //
-// The write path: a batch is encoded as journal records; the committer
-// goroutine gathers the batches waiting, appends them as one journal batch
-// (one write, one fdatasync), applies them to the index in journal order in
-// one index Update, and only then answers the writers. Readers see a change
-// only once it is durable.
+// The write path (commit.go): a batch is encoded as journal records and
+// queued; the writer at the head of the queue leads: it writes the batches
+// waiting as one journal batch, waits for its fdatasync, hands the lead on,
+// applies them to the index in journal order in one index Update, and only
+// then answers the writers. Readers see a change only once
+// it is durable (AckAsync's acks excepted: see there).
 //
-// Lock order: writeMu → DB.mu → (journal, index and page file locks);
-// views.mu (the View registry, lifecycle.go) is a leaf. No
-// DB lock is held across an fsync except writeMu, which a writer holds while
-// it waits for its own commit.
+// Lock order: writeMu → the commit queue's locks (cq) → DB.mu → (journal,
+// index and page file locks); views.mu (the View registry, lifecycle.go)
+// is a leaf. No DB lock is held across an fsync except writeMu, which a
+// writer holds while it waits for its own commit.
 //
 // Invariants:
 //   - applied is the location of the last journal record applied to the
-//     index. It is written only by the committer inside an index Update and
+//     index. It is written only by a commit leader inside an index Update and
 //     read by checkpoints under the index's writer lock, so a checkpoint's
 //     replay position always matches its pages exactly.
 //   - Once mu.err is set, every write returns it; the handle is failed.
@@ -49,7 +50,7 @@ type DB struct {
 	j    *journal.Journal
 
 	maxRecord int // largest journal record payload
-	maxGroup  int // largest journal batch the committer builds, in bytes
+	maxGroup  int // largest journal batch a commit leader builds, in bytes
 
 	// writeMu: Write holds it shared while its batch commits; Update holds
 	// it exclusively, so an Update's reads and writes are serializable.
@@ -63,10 +64,10 @@ type DB struct {
 	// ckMu serializes checkpoints.
 	ckMu sync.Mutex
 
-	commitCh chan *commitReq
-	ckKick   chan struct{}
-	quit     chan struct{}
-	wg       sync.WaitGroup
+	cq     commitQueue // the writers' queue and the leader role: commit.go
+	ckKick chan struct{}
+	quit   chan struct{}
+	wg     sync.WaitGroup
 
 	applied journal.Location // see Invariants
 
@@ -88,14 +89,6 @@ type DB struct {
 		recovery   RecoveryReport
 		stats      Stats
 	}
-}
-
-// commitReq is one batch waiting for the committer.
-type commitReq struct {
-	ops  []op
-	recs []journal.Record
-	size int
-	done chan error
 }
 
 // Open opens (or creates) the store in dir and recovers it: see
@@ -123,11 +116,10 @@ func open(dir string, opts *Options) (*DB, error) {
 		}
 	}
 	db := &DB{
-		dir:      dir,
-		opts:     o,
-		commitCh: make(chan *commitReq, 1024),
-		ckKick:   make(chan struct{}, 1),
-		quit:     make(chan struct{}),
+		dir:    dir,
+		opts:   o,
+		ckKick: make(chan struct{}, 1),
+		quit:   make(chan struct{}),
 	}
 	db.mu.ckDone = sync.NewCond(&db.mu.Mutex)
 	db.maxRecord = int(min(16<<20, o.SegmentSize/4))
@@ -207,8 +199,7 @@ func open(dir string, opts *Options) (*DB, error) {
 	o.Logger.Info("kdb: recovered", db.mu.recovery.logAttrs()...)
 	if !o.ReadOnly {
 		kick := db.mu.recoveryCk // no other goroutine yet
-		db.wg.Add(2)
-		go db.committer()
+		db.wg.Add(1)
 		go db.checkpointer()
 		if kick {
 			db.kickCheckpoint() // see Options.CheckpointBeforeServing
@@ -439,6 +430,7 @@ func (db *DB) Close() error {
 
 	close(db.quit)
 	db.wg.Wait()
+	db.stopAsync()
 	var errs []error
 	if failed == nil && !db.opts.ReadOnly && !db.opts.NoCheckpointOnClose {
 		if err := db.checkpoint(); err != nil {
@@ -531,37 +523,10 @@ func (db *DB) Delete(index string, key []byte) error {
 	return db.Write(&b)
 }
 
-// commit journals ops, waits until they are durable and applied, and
-// returns. The caller must hold db.writeMu (shared or exclusive).
-func (db *DB) commit(ops []op) error {
-	req, err := db.submit(ops)
-	if err != nil {
-		return err
-	}
-	return <-req.done
-}
-
-// submit encodes ops and hands them to the committer without waiting: the
-// caller receives the outcome from req.done. Batches are journaled and
-// applied in the order they were submitted, so a caller that serializes its
-// submissions (the broker) knows the order they take effect in.
-// The caller must hold db.writeMu (shared or exclusive) until req.done.
-func (db *DB) submit(ops []op) (*commitReq, error) {
-	req, err := db.encode(ops)
-	if err != nil {
-		return nil, err
-	}
-	if err := db.waitForRoom(); err != nil {
-		return nil, err
-	}
-	db.commitCh <- req
-	return req, nil
-}
-
 // encode builds the journal records of a batch: a value record for each
 // value above the threshold, then the batch record.
 func (db *DB) encode(ops []op) (*commitReq, error) {
-	req := &commitReq{ops: make([]op, len(ops)), done: make(chan error, 1)}
+	req := &commitReq{ops: make([]op, len(ops)), done: make(chan struct{}, 1)}
 	copy(req.ops, ops)
 	nvals := 0
 	for i := range req.ops {
@@ -587,179 +552,4 @@ func (db *DB) encode(ops []op) (*commitReq, error) {
 		return nil, fmt.Errorf("%w: batch of %d bytes (max %d): split the batch", ErrInvalid, req.size, db.maxGroup)
 	}
 	return req, nil
-}
-
-// waitForRoom blocks while the page file holds twice
-// Options.CheckpointDirtyPages page images for checkpoints (dirty pages, and
-// old images a running checkpoint still writes), until a checkpoint has
-// written them.
-//
-// INVARIANT: when no checkpoint is running, the images held are dirty pages
-// (pagefile.File.HeldPages), so DirtyCount >= CheckpointDirtyPages and the
-// kicked checkpointer finds a checkpoint due; when one is running, its end
-// broadcasts ckDone and releases the images it held.
-func (db *DB) waitForRoom() error {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	for {
-		if err := db.writableLocked(); err != nil {
-			return err
-		}
-		if db.pf.HeldPages() < 2*db.opts.CheckpointDirtyPages {
-			return nil
-		}
-		db.kickCheckpoint()
-		db.mu.stats.WriteStalls++
-		db.mu.ckDone.Wait()
-	}
-}
-
-// committer gathers waiting batches into one journal batch, applies them in
-// order and answers their writers.
-//
-// Gathering lingers briefly for writers that are on their way back: those
-// the last group just answered, while other batches already wait (one
-// fsync serves both), or while fewer have come back than the last group
-// held. Without it, writers that arrive during an fsync form a second
-// cohort that alternates with the first, and each fsync carries half of
-// them. The linger is a quarter of the last group's commit time, at most
-// maxLinger, and a lone writer never waits: its group is always complete.
-func (db *DB) committer() {
-	defer db.wg.Done()
-	var reqs []*commitReq
-	var target int // how many writers the next group may expect
-	var linger time.Duration
-	commit := func() {
-		start := time.Now()
-		db.commitAndAnswer(reqs)
-		linger = min(time.Since(start)/4, maxLinger)
-		target = len(reqs) + len(db.commitCh)
-		// Drop the answered requests, so that their records (which hold
-		// the batches' values) are not kept alive until overwritten.
-		clear(reqs)
-	}
-	for {
-		select {
-		case r := <-db.commitCh:
-			reqs = append(reqs[:0], r)
-		case <-db.quit:
-			return
-		}
-		size, nops := reqs[0].size, len(reqs[0].ops)
-		var timer *time.Timer
-		for size < db.maxGroup && nops < db.opts.CommitGroupOps {
-			var wait <-chan time.Time
-			if len(reqs) < target && linger > 0 {
-				if timer == nil {
-					timer = time.NewTimer(linger)
-				}
-				wait = timer.C
-			}
-			r := db.nextReq(wait)
-			if r == nil {
-				break
-			}
-			if size+r.size > db.maxGroup || nops+len(r.ops) > db.opts.CommitGroupOps {
-				// INVARIANT: r is answered by the next round; it fits
-				// alone (encode checked it).
-				commit()
-				reqs, size, nops = append(reqs[:0], r), r.size, len(r.ops)
-				continue
-			}
-			reqs = append(reqs, r)
-			size += r.size
-			nops += len(r.ops)
-		}
-		if timer != nil {
-			timer.Stop()
-		}
-		commit()
-	}
-}
-
-// maxLinger bounds how long the committer waits for more writers.
-const maxLinger = time.Millisecond
-
-// nextReq returns a waiting request, or the next to arrive before wait
-// fires (nil wait: none), or nil.
-func (db *DB) nextReq(wait <-chan time.Time) *commitReq {
-	select {
-	case r := <-db.commitCh:
-		return r
-	default:
-	}
-	if wait == nil {
-		return nil
-	}
-	select {
-	case r := <-db.commitCh:
-		return r
-	case <-wait:
-		return nil
-	}
-}
-
-// commitAndAnswer waits, if too many pages are dirty, for a checkpoint to
-// write them (writers that passed waitForRoom together could otherwise
-// overshoot the limit by their whole batches), then commits the group and
-// answers its writers.
-func (db *DB) commitAndAnswer(reqs []*commitReq) {
-	err := db.waitForRoom()
-	if err == nil {
-		err = db.commitGroup(reqs)
-	}
-	for _, q := range reqs {
-		q.done <- err
-	}
-}
-
-// commitGroup appends the records of reqs as one journal batch and applies
-// them to the index.
-func (db *DB) commitGroup(reqs []*commitReq) error {
-	if err := db.Err(); err != nil {
-		return err
-	}
-	var recs []journal.Record
-	if len(reqs) == 1 {
-		recs = reqs[0].recs
-	} else {
-		for _, r := range reqs {
-			recs = append(recs, r.recs...)
-		}
-	}
-	locs, err := db.j.Append(recs...)
-	if err != nil {
-		if errors.Is(err, journal.ErrRecordTooLarge) || errors.Is(err, journal.ErrBatchTooLarge) {
-			return wrapErr(err) // refused before anything was written
-		}
-		return db.fail(err)
-	}
-	err = db.ix.Update(func(tx *index.Tx) error {
-		a := applier{tx: tx}
-		i := 0
-		for _, r := range reqs {
-			n := len(r.recs)
-			if err := a.apply(r.ops, locs[i:i+n-1]); err != nil {
-				return err
-			}
-			i += n
-		}
-		if err := a.flushRefs(); err != nil {
-			return err
-		}
-		db.applied = locs[len(locs)-1]
-		return nil
-	})
-	if err != nil {
-		// The batch is durable but could not be applied: the index and the
-		// journal disagree until a reopen replays it.
-		return db.fail(fmt.Errorf("apply to the index: %w", err))
-	}
-	db.mu.Lock()
-	db.mu.applied = locs[len(locs)-1]
-	db.mu.stats.Commits++
-	db.mu.stats.Batches += uint64(len(reqs))
-	db.mu.Unlock()
-	db.maybeKickCheckpoint()
-	return nil
 }

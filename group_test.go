@@ -11,7 +11,7 @@ import (
 )
 
 // With an fsync that takes time, concurrent writers share it: the
-// committer lingers for the writers it just answered instead of letting
+// commit leader lingers for the writers of the last group instead of letting
 // them form a second cohort that alternates with the first (which gives
 // each fsync half the writers: 0.125 fsyncs per put with 16).
 func TestDB_GroupCommitGathersAllWriters(t *testing.T) {

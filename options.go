@@ -51,7 +51,9 @@ type Options struct {
 	SegmentSize int64
 	// Sync is the durability mode. Default: SyncAlways.
 	Sync SyncMode
-	// SyncInterval is the fsync period under SyncInterval. Default: 10ms.
+	// SyncInterval is the fsync period under SyncInterval, and under
+	// SyncAlways the longest an AckAsync stays not durable when no synced
+	// write follows it. Default: 10ms.
 	SyncInterval time.Duration
 
 	// ValueThreshold: values longer than this stay in the journal and the
@@ -72,7 +74,7 @@ type Options struct {
 	// + the pages one group dirties) * PageSize. Default: 3072 (12 MiB of
 	// 4 KiB pages; writers wait at 24 MiB).
 	CheckpointDirtyPages int
-	// CommitGroupOps bounds the operations the committer gathers into one
+	// CommitGroupOps bounds the operations a commit leader gathers into one
 	// group (one journal write and fsync, one index update); a batch with
 	// more operations is committed alone. An index update decodes and
 	// dirties up to about one page per operation (random keys), so this

@@ -6,7 +6,7 @@ import (
 
 // Stats are counters since Open and current sizes.
 type Stats struct {
-	// Commits counts journal batches written by the committer; Batches the
+	// Commits counts journal batches written by the commit leaders; Batches the
 	// writes (Write, Put, Delete, Update) they carried.
 	Commits, Batches uint64
 	// WriteStalls counts the times a writer waited for a checkpoint because

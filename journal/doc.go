@@ -12,10 +12,12 @@
 // writes itself (segment seal and close mark records). It never imports
 // pagefile or index, and it does all file I/O through internal/vfs.
 //
-// Concurrency: a Journal is safe for concurrent use. Appends from many
-// goroutines are gathered by one committer goroutine into one write and one
-// fdatasync (group commit). Read and Iterate run concurrently with Append and
-// with each other; they see only records that are acknowledged.
+// Concurrency: a Journal is safe for concurrent use. Writes run in the
+// caller's goroutine, one at a time (Write); an fdatasync (SyncTo) runs
+// while the next batches are written and covers every batch written before
+// it began, so appenders from many goroutines share fdatasyncs (group
+// commit). Read and Iterate run concurrently with Append and with each
+// other; they see only records that are acknowledged.
 //
 // Format: docs/FORMAT.md §4 "Journal".
 // Design: docs/DESIGN.md, "Journal".

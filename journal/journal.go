@@ -51,39 +51,54 @@ type OpenReport struct {
 
 // Stats are counters since Open.
 type Stats struct {
-	Appends   int64 // Append calls that passed validation and were queued, failed ones included
-	Batches   int64 // batches acknowledged
-	Records   int64 // records acknowledged
+	Appends   int64 // Append and Write calls that passed validation, failed ones included
+	Batches   int64 // batches written
+	Records   int64 // records written
 	Bytes     int64 // bytes written to segments, frames and headers
 	Writes    int64 // WriteAt calls
 	Fsyncs    int64 // file fdatasyncs
 	DirSyncs  int64 // directory fsyncs
-	Commits   int64 // group-commit rounds
+	Commits   int64 // batch writes (one WriteAt each)
 	Rotations int64 // segments created
 	Removed   int64 // segments removed or archived
 }
 
 // Journal is an open write-ahead journal.
 //
+// Writes run in the caller's goroutine: Write encodes and writes a batch
+// under wmu; SyncTo fdatasyncs under smu, without wmu, so that the next
+// batch is written while the previous one's fdatasync runs (a pipeline of
+// two), and one fdatasync covers every batch written before it began.
+//
 // Invariants:
-//   - w is touched only by the committer goroutine (and by Open before it
-//     starts). w.synced <= w.off; bytes of the active segment in
-//     [w.synced, w.off) may vanish in a crash.
+//   - w is guarded by wmu (Open sets it before the journal is shared).
+//     w.synced <= w.off; bytes of the active segment in [w.synced, w.off)
+//     may vanish in a crash. w.synced only grows, and only after an
+//     fdatasync of w.seg that began when w.off was at least the new value.
 //   - Every frame carries, in its synced field, a w.synced of the time it
 //     was written: proof, on recovery, that the bytes before it were durable.
+//   - A segment other than the active one is sealed and wholly durable.
+//   - Under SyncAlways the published tail (mu.tail, segment.end) never
+//     passes a synced byte; under the other policies it is what was written.
 //   - mu.segs holds consecutive segment ids in ascending order; the last one
 //     is the active segment.
 //   - Once mu.err is set, every writing call returns it. A failed write or
 //     fsync is never retried.
+//
+// Lock order: rmMu → smu → wmu → mu → segment.rw. No lock but smu (and
+// segment.rw, shared, against RemoveBefore) is held across a SyncTo's
+// fdatasync; wmu is held across the fdatasyncs of a rotation.
 //
 // A Journal is safe for concurrent use.
 type Journal struct {
 	dir  string
 	opts Options
 
-	wake chan struct{} // buffered(1): the queue is not empty, or closing
-	done chan struct{} // closed when the committer exits
+	wake chan struct{} // buffered(1): Close stops the SyncInterval ticker
+	done chan struct{} // closed when the ticker goroutine exits
 	rmMu sync.Mutex    // serialises RemoveBefore
+	smu  sync.Mutex    // serialises SyncTo's fdatasyncs
+	wmu  sync.Mutex    // guards w
 
 	w struct {
 		seg       *segment
@@ -98,7 +113,6 @@ type Journal struct {
 
 	mu struct {
 		sync.Mutex
-		queue   []*request
 		err     error
 		closing bool
 		closed  bool
@@ -109,46 +123,60 @@ type Journal struct {
 	}
 }
 
-// request is one Append (or Sync) waiting for the committer.
-type request struct {
-	recs []Record
-	sync bool
-	locs []Location
-	err  error
-	done chan struct{}
-}
-
 // Append writes recs as one atomic batch: after a crash, Open finds all of
 // them or none. It returns their locations once they are acknowledged under
-// the sync policy (SyncAlways: durable). Concurrent Appends share one write
-// and one fdatasync. An error from a write or sync fails the journal for
-// good: this and every later call returns it. Append(nil) does nothing.
+// the sync policy (SyncAlways: durable). Concurrent Appends share
+// fdatasyncs: one covers every batch written before it began. An error
+// from a write or sync fails the journal for good: this and every later
+// call returns it. Append(nil) does nothing.
 func (j *Journal) Append(recs ...Record) ([]Location, error) {
 	if len(recs) == 0 {
 		return nil, nil
 	}
+	locs, end, err := j.Write(recs...)
+	if err != nil {
+		return nil, err
+	}
+	if j.opts.Sync == SyncAlways {
+		if err := j.SyncTo(end); err != nil {
+			return nil, err
+		}
+	}
+	return locs, nil
+}
+
+// Write writes recs as one atomic batch (as Append) and returns their
+// locations and end, the location just after the batch, to pass to
+// SyncTo. Does not sync: under SyncAlways the batch is durable, and
+// visible to Read and Iterate, once a SyncTo(end) (or a later one)
+// returns; under the other policies it is visible at once. Concurrent
+// Writes are serialised; each is one WriteAt.
+func (j *Journal) Write(recs ...Record) (locs []Location, end Location, err error) {
+	if len(recs) == 0 {
+		return nil, Location{}, nil
+	}
 	if j.opts.ReadOnly {
-		return nil, ErrReadOnly
+		return nil, Location{}, ErrReadOnly
 	}
 	var size int64
 	for i, r := range recs {
 		if r.Type >= MinReservedType {
-			return nil, fmt.Errorf("%w: record %d has type %#x", ErrReservedType, i, r.Type)
+			return nil, Location{}, fmt.Errorf("%w: record %d has type %#x", ErrReservedType, i, r.Type)
 		}
 		if len(r.Payload) > j.opts.MaxRecordSize {
-			return nil, fmt.Errorf("%w: record %d has %d bytes, maximum %d", ErrRecordTooLarge, i, len(r.Payload), j.opts.MaxRecordSize)
+			return nil, Location{}, fmt.Errorf("%w: record %d has %d bytes, maximum %d", ErrRecordTooLarge, i, len(r.Payload), j.opts.MaxRecordSize)
 		}
 		size += frameSize(len(r.Payload))
 	}
 	if size > j.batchRoom() {
-		return nil, fmt.Errorf("%w: %d bytes of frames, a segment holds %d", ErrBatchTooLarge, size, j.batchRoom())
+		return nil, Location{}, fmt.Errorf("%w: %d bytes of frames, a segment holds %d", ErrBatchTooLarge, size, j.batchRoom())
 	}
-	req := &request{recs: recs, done: make(chan struct{})}
-	if err := j.enqueue(req, true); err != nil {
-		return nil, err
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	if err := j.writable(true); err != nil {
+		return nil, Location{}, err
 	}
-	<-req.done
-	return req.locs, req.err
+	return j.writeBatch(recs, size)
 }
 
 // batchRoom is the most frame bytes one batch can take: a fresh segment
@@ -157,41 +185,33 @@ func (j *Journal) batchRoom() int64 {
 	return j.opts.SegmentSize - segHeaderSize - frameSize(0)
 }
 
-func (j *Journal) enqueue(req *request, isAppend bool) error {
+// writable returns why the journal takes no writes, if it does not.
+// isAppend counts the call in Stats.Appends.
+func (j *Journal) writable(isAppend bool) error {
 	j.mu.Lock()
+	defer j.mu.Unlock()
 	if isAppend {
 		j.mu.stats.Appends++
 	}
 	switch {
 	case j.mu.closing || j.mu.closed:
-		j.mu.Unlock()
 		return ErrClosed
 	case j.mu.err != nil:
-		err := j.mu.err
-		j.mu.Unlock()
-		return err
-	}
-	j.mu.queue = append(j.mu.queue, req)
-	j.mu.Unlock()
-	select {
-	case j.wake <- struct{}{}:
-	default:
+		return j.mu.err
 	}
 	return nil
 }
 
-// Sync makes every acknowledged record durable (useful under SyncInterval
-// and UnsafeSyncNever). On return they are durable.
+// Sync makes every record written so far durable (useful under
+// SyncInterval and UnsafeSyncNever). On return they are durable.
 func (j *Journal) Sync() error {
 	if j.opts.ReadOnly {
 		return ErrReadOnly
 	}
-	req := &request{sync: true, done: make(chan struct{})}
-	if err := j.enqueue(req, false); err != nil {
-		return err
-	}
-	<-req.done
-	return req.err
+	j.wmu.Lock()
+	end := Location{j.w.seg.id, j.w.off}
+	j.wmu.Unlock()
+	return j.SyncTo(end)
 }
 
 // Tail returns the position just after the last acknowledged record. The
@@ -242,7 +262,7 @@ func (j *Journal) Err() error {
 // Dir returns the journal's directory.
 func (j *Journal) Dir() string { return j.dir }
 
-// Close waits for pending appends, writes a close mark (unless the journal
+// Close waits for the writes in progress, writes a close mark (unless the journal
 // failed or nothing was appended), syncs, and closes the files. On return
 // every acknowledged record is durable. It returns the sticky error if the
 // journal failed. Calls after Close return ErrClosed.
@@ -260,6 +280,11 @@ func (j *Journal) Close() error {
 		default:
 		}
 		<-j.done
+		j.smu.Lock()
+		j.wmu.Lock()
+		j.finish()
+		j.wmu.Unlock()
+		j.smu.Unlock()
 	}
 	j.mu.Lock()
 	j.mu.closed = true

@@ -7,160 +7,195 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
-	"runtime"
 	"time"
 
 	"github.com/kdb-project/kdb/internal/invariants"
+	"github.com/kdb-project/kdb/internal/vfs"
 )
 
-// run is the committer goroutine: it gathers every queued request into one
-// round (one write, one fdatasync) until Close.
+// run is the ticker goroutine: under SyncInterval it makes what was
+// written durable every SyncInterval; it exits at Close.
 func (j *Journal) run() {
 	defer close(j.done)
-	var tick <-chan time.Time
-	if j.opts.Sync == SyncInterval {
-		t := time.NewTicker(j.opts.SyncInterval)
-		defer t.Stop()
-		tick = t.C
+	if j.opts.Sync != SyncInterval {
+		<-j.wake
+		return
 	}
+	t := time.NewTicker(j.opts.SyncInterval)
+	defer t.Stop()
 	for {
 		select {
 		case <-j.wake:
-		case <-tick:
-			if j.w.synced < j.w.off && j.Err() == nil {
+			return
+		case <-t.C:
+			if j.Err() == nil {
 				// A failure fails the journal (and is logged by fail):
 				// there is no caller to return it to.
-				_ = j.syncActive()
+				_ = j.Sync()
 			}
-			continue
-		}
-		j.mu.Lock()
-		reqs := j.mu.queue
-		j.mu.queue = nil
-		closing := j.mu.closing
-		j.mu.Unlock()
-		if len(reqs) > 0 {
-			j.commit(reqs)
-		}
-		if n := len(reqs); n > 1 && !closing {
-			// The appenders just answered usually append again at once.
-			// Give them a moment to queue, so that the next round carries
-			// them with those already waiting, instead of the writers
-			// settling into two cohorts that alternate rounds.
-			target := n + j.queued()
-			for i := 0; i < 8 && j.queued() < target; i++ {
-				runtime.Gosched()
-			}
-		}
-		if closing {
-			j.finish()
-			return
 		}
 	}
 }
 
-// queued returns the number of requests waiting for the committer.
-func (j *Journal) queued() int {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return len(j.mu.queue)
-}
-
-// commit writes the batches of reqs in order, rotating segments as needed,
-// syncs per the policy, publishes the new tail and answers every request.
-// On return the acknowledged batches are durable under SyncAlways.
-func (j *Journal) commit(reqs []*request) {
-	err := j.Err()
-	var records, batches int64
-	needSync := j.opts.Sync == SyncAlways
-	if err == nil {
-		w := &j.w
-		w.buf = w.buf[:0]
-		start := w.off
-		for _, r := range reqs {
-			if r.sync {
-				needSync = true
-				continue
-			}
-			var size int64
-			for _, rec := range r.recs {
-				size += frameSize(len(rec.Payload))
-			}
-			if w.seg.sealed || w.off+size+frameSize(0) > j.opts.SegmentSize {
-				if err = j.writeBuf(start); err != nil {
-					break
-				}
-				if err = j.rotate(); err != nil {
-					break
-				}
-				start = w.off
-			}
-			// INVARIANT: frames start 8-aligned, synced never passes what
-			// was written, and the batch leaves room for the seal.
-			invariants.Assertf(w.off%recAlign == 0 && w.synced <= w.off && w.off+size+frameSize(0) <= j.opts.SegmentSize,
-				"journal: writer state off=%d synced=%d size=%d", w.off, w.synced, size)
-			r.locs = make([]Location, len(r.recs))
-			for i, rec := range r.recs {
-				var flags uint8
-				if i == 0 {
-					flags |= flagBatchBegin
-				}
-				if i == len(r.recs)-1 {
-					flags |= flagBatchEnd
-				}
-				r.locs[i] = Location{w.seg.id, w.off}
-				w.buf, w.prev = appendFrame(w.buf, w.seg.seed, w.off, w.prev, uint32(w.synced), rec.Type, flags, rec.Payload)
-				w.off += frameSize(len(rec.Payload))
-			}
-			records += int64(len(r.recs))
-			batches++
-			w.sinceMark = true
-		}
-		if err == nil {
-			err = j.writeBuf(start)
-		}
-		if err == nil && needSync && w.synced < w.off {
-			err = j.syncActive()
+// writeBatch encodes recs (size bytes of frames) as one batch and writes
+// it, rotating first if it does not fit in the active segment. Does not
+// sync (a rotation syncs the old segment). Under SyncInterval and
+// UnsafeSyncNever it publishes the batch.
+//
+// The caller must hold j.wmu.
+func (j *Journal) writeBatch(recs []Record, size int64) ([]Location, Location, error) {
+	w := &j.w
+	if w.seg.sealed || w.off+size+frameSize(0) > j.opts.SegmentSize {
+		if err := j.rotate(); err != nil {
+			return nil, Location{}, err
 		}
 	}
+	// INVARIANT: frames start 8-aligned, synced never passes what was
+	// written, and the batch leaves room for the seal.
+	invariants.Assertf(w.off%recAlign == 0 && w.synced <= w.off && w.off+size+frameSize(0) <= j.opts.SegmentSize,
+		"journal: writer state off=%d synced=%d size=%d", w.off, w.synced, size)
+	start := w.off
+	locs := make([]Location, len(recs))
+	w.buf = w.buf[:0]
+	for i, rec := range recs {
+		var flags uint8
+		if i == 0 {
+			flags |= flagBatchBegin
+		}
+		if i == len(recs)-1 {
+			flags |= flagBatchEnd
+		}
+		locs[i] = Location{w.seg.id, w.off}
+		w.buf, w.prev = appendFrame(w.buf, w.seg.seed, w.off, w.prev, uint32(w.synced), rec.Type, flags, rec.Payload)
+		w.off += frameSize(len(rec.Payload))
+	}
+	if err := j.writeBuf(start); err != nil {
+		return nil, Location{}, err
+	}
+	w.sinceMark = true
 	j.mu.Lock()
 	j.mu.stats.Commits++
-	if err == nil {
+	j.mu.stats.Records += int64(len(recs))
+	j.mu.stats.Batches++
+	if j.opts.Sync != SyncAlways {
 		j.publishLocked()
-		j.mu.stats.Records += records
-		j.mu.stats.Batches += batches
 	}
 	j.mu.Unlock()
-	for _, r := range reqs {
-		if err != nil {
-			r.locs, r.err = nil, err
-		}
-		close(r.done)
+	return locs, Location{w.seg.id, w.off}, nil
+}
+
+// SyncTo makes every record before end durable, and under SyncAlways
+// visible to readers. If they are not yet, it fdatasyncs the active
+// segment, covering everything written before the fdatasync began (so the
+// batches of concurrent writers share it); Writes proceed meanwhile.
+// Concurrent SyncTo calls are serialised: one waits for at most the
+// fdatasync under way and its own. On return the records before end are
+// durable. A failure fails the journal.
+func (j *Journal) SyncTo(end Location) error {
+	if j.opts.ReadOnly {
+		return ErrReadOnly
 	}
+	j.smu.Lock()
+	defer j.smu.Unlock()
+	j.wmu.Lock()
+	w := &j.w
+	if end.Segment < w.seg.id || end.Segment == w.seg.id && end.Offset <= w.synced {
+		// INVARIANT: a segment before the active one was sealed and synced
+		// before the active one was created.
+		j.wmu.Unlock()
+		return nil
+	}
+	if err := j.writable(false); err != nil {
+		j.wmu.Unlock()
+		return err
+	}
+	seg, target, last := w.seg, w.off, w.prevOff
+	j.wmu.Unlock()
+
+	seg.rw.RLock()
+	var err error
+	if seg.f != nil { // else removed: it was sealed and synced
+		err = seg.f.Sync()
+	}
+	seg.rw.RUnlock()
+	j.mu.Lock()
+	j.mu.stats.Fsyncs++
+	j.mu.Unlock()
+	if err != nil {
+		return j.fail(fmt.Errorf("journal: sync %s: %w", seg.id, err))
+	}
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	if w.seg == seg && w.synced < target {
+		w.synced = target
+	}
+	j.mu.Lock()
+	j.publishToLocked(seg, target, last)
+	j.mu.Unlock()
+	return nil
+}
+
+// Durable reports whether every record before end is durable (a SyncTo(end)
+// would return at once).
+func (j *Journal) Durable(end Location) bool {
+	j.wmu.Lock()
+	defer j.wmu.Unlock()
+	return end.Segment < j.w.seg.id || end.Segment == j.w.seg.id && end.Offset <= j.w.synced
 }
 
 // publishLocked makes everything written to the active segment visible to
 // readers and to Tail.
 //
-// The caller must hold j.mu.
+// The caller must hold j.wmu and j.mu.
 func (j *Journal) publishLocked() {
-	s := j.w.seg
-	if j.w.off > s.end {
-		s.last = j.w.prevOff
-		s.end = j.w.off
+	j.publishToLocked(j.w.seg, j.w.off, j.w.prevOff)
+}
+
+// publishToLocked makes the frames of segment s before end (the last of
+// them at last) visible to readers, and to Tail if s is the active
+// segment. It never moves the published end back.
+//
+// The caller must hold j.mu.
+func (j *Journal) publishToLocked(s *segment, end, last int64) {
+	if end > s.end {
+		s.last = last
+		s.end = end
 	}
 	if s.size < s.end {
 		s.size = s.end
 	}
-	j.mu.tail = Location{s.id, s.end}
+	if n := len(j.mu.segs); n > 0 && j.mu.segs[n-1] == s {
+		j.mu.tail = Location{s.id, s.end}
+	}
 }
 
 // allocStep is the step in which a segment's file is preallocated: a
-// segment grows by fallocate a step ahead of its records, up to
-// SegmentSize, so that fdatasync rarely has a size change to record, and
-// what Open must read past the last record after a crash stays under a
-// step (FORMAT.md §J.1).
+// segment grows by a step of written zeros (zeroFill) ahead of its
+// records, up to SegmentSize, so that fdatasync rarely has a size change
+// or block allocation to record, and what Open must read past the last
+// record after a crash stays under a step (FORMAT.md §J.1).
 const allocStep = 1 << 20
+
+// zeroFill writes zeros over [off, to) of f. Does not sync.
+//
+// The journal preallocates by writing zeros rather than by fallocate:
+// fallocate leaves "unwritten" extents, which the file system converts as
+// records land in them, so every fdatasync of a record there also commits
+// file-system metadata (ext4: a journal transaction). Blocks written once
+// (the zeros reach the disk with the next fdatasync, one extra MiB per MiB
+// of records) are overwritten in place. The bytes are the same either way:
+// zeros after the last record.
+func zeroFill(f vfs.File, off, to int64) error {
+	zeros := make([]byte, min(to-off, 64<<10))
+	for off < to {
+		n := min(int64(len(zeros)), to-off)
+		if _, err := f.WriteAt(zeros[:n], off); err != nil {
+			return err
+		}
+		off += n
+	}
+	return nil
+}
 
 // allocFor returns the size a segment's file is preallocated to when its
 // records end at end.
@@ -178,7 +213,7 @@ func (j *Journal) writeBuf(start int64) error {
 	}
 	if end := start + int64(len(w.buf)); end > w.alloc {
 		to := j.allocFor(end)
-		if err := w.seg.f.Allocate(w.alloc, to-w.alloc); err != nil {
+		if err := zeroFill(w.seg.f, w.alloc, to); err != nil {
 			return j.fail(fmt.Errorf("journal: preallocate %s: %w", w.seg.id, err))
 		}
 		w.alloc = to
@@ -293,7 +328,7 @@ func (j *Journal) createSegment(id SegmentID) (*segment, error) {
 		what string
 		do   func() error
 	}{
-		{"allocate", func() error { return f.Allocate(0, size) }},
+		{"allocate", func() error { return zeroFill(f, 0, size) }},
 		{"write header", func() error { _, err := f.WriteAt(hdr, 0); return err }},
 		{"sync", f.Sync},
 		{"rename", func() error { return fsys.Rename(tmp, name) }},
@@ -315,7 +350,7 @@ func (j *Journal) createSegment(id SegmentID) (*segment, error) {
 	return seg, nil
 }
 
-// finish runs when the committer stops at Close: if anything was appended
+// finish runs at Close, under smu and wmu: if anything was appended
 // since the last close mark, it syncs, then writes a close mark whose synced
 // field covers every earlier byte, and syncs again.
 func (j *Journal) finish() {

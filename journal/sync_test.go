@@ -1,0 +1,226 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kdb-project/kdb/internal/vfs"
+)
+
+// Under SyncAlways a written batch is neither visible nor durable until a
+// SyncTo covers it.
+func TestJournal_WriteThenSyncTo(t *testing.T) {
+	fs := vfs.NewMem()
+	j, _ := openMem(t, fs, Options{})
+	defer mustClose(t, j)
+	tail := j.Tail()
+	locs, end, err := j.Write(Record{Type: 1, Payload: []byte("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if j.Tail() != tail {
+		t.Fatalf("tail %s moved to %s before the sync", tail, j.Tail())
+	}
+	if j.Durable(end) {
+		t.Fatal("Durable before any sync")
+	}
+	if _, err := j.Read(locs[0]); err == nil {
+		t.Fatal("an unsynced record is readable")
+	}
+	img := fs.CrashClone(vfs.CrashOptions{})
+	j2, _ := openMem(t, img, Options{})
+	if n := len(collect(t, j2)); n != 0 {
+		t.Fatalf("%d unsynced records survived a drop-all crash", n)
+	}
+	mustClose(t, j2)
+
+	if err := j.SyncTo(end); err != nil {
+		t.Fatal(err)
+	}
+	if j.Tail() != end || !j.Durable(end) {
+		t.Fatalf("after SyncTo: tail %s, want %s; durable %v", j.Tail(), end, j.Durable(end))
+	}
+	if r, err := j.Read(locs[0]); err != nil || string(r.Payload) != "a" {
+		t.Fatalf("Read after SyncTo: %q %v", r.Payload, err)
+	}
+	img = fs.CrashClone(vfs.CrashOptions{})
+	j3, _ := openMem(t, img, Options{})
+	defer mustClose(t, j3)
+	if n := len(collect(t, j3)); n != 1 {
+		t.Fatalf("%d records after SyncTo and a crash, want 1", n)
+	}
+	before := j.Stats().Fsyncs
+	if err := j.SyncTo(end); err != nil || j.Stats().Fsyncs != before {
+		t.Fatalf("SyncTo of a durable end: %v, %d fsyncs", err, j.Stats().Fsyncs-before)
+	}
+}
+
+// A Write proceeds while a SyncTo's fdatasync runs, and is not reported
+// durable by that fdatasync (it began before the write); the next SyncTo
+// covers it.
+func TestJournal_SyncToPipelined(t *testing.T) {
+	mem := vfs.NewMem()
+	var block atomic.Bool
+	entered := make(chan struct{}, 1)
+	release := make(chan struct{})
+	fs := vfs.Intercept(mem, func(e vfs.Event) error {
+		if e.Op == vfs.OpSync && strings.Contains(e.Path, segmentSuffix) && block.Load() {
+			entered <- struct{}{}
+			<-release
+		}
+		return nil
+	})
+	j, _ := openMem(t, fs, Options{})
+	defer mustClose(t, j)
+	_, endA, err := j.Write(Record{Type: 1, Payload: []byte("a")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	block.Store(true)
+	done := make(chan error, 1)
+	go func() { done <- j.SyncTo(endA) }()
+	<-entered
+	block.Store(false)
+	wrote := make(chan Location, 1)
+	go func() {
+		_, endB, err := j.Write(Record{Type: 1, Payload: []byte("b")})
+		if err != nil {
+			t.Error(err)
+		}
+		wrote <- endB
+	}()
+	var endB Location
+	select {
+	case endB = <-wrote:
+	case <-time.After(5 * time.Second):
+		t.Fatal("Write waited for the fdatasync in progress")
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !j.Durable(endA) {
+		t.Fatal("A not durable after its SyncTo")
+	}
+	if j.Durable(endB) || j.Tail() != endA {
+		t.Fatalf("B, written during the fdatasync, reported durable (%v) or published (tail %s, A ends at %s)", j.Durable(endB), j.Tail(), endA)
+	}
+	img := mem.CrashClone(vfs.CrashOptions{})
+	j2, _ := openMem(t, img, Options{})
+	got := collect(t, j2)
+	mustClose(t, j2)
+	// B may have reached the disk with that fdatasync (it was written
+	// before the file system's sync ran), but it was not reported durable.
+	if len(got) == 0 || string(got[0].rec.Payload) != "a" {
+		t.Fatalf("after the first sync and a crash: %d records, A missing", len(got))
+	}
+	if err := j.SyncTo(endB); err != nil {
+		t.Fatal(err)
+	}
+	if !j.Durable(endB) || j.Tail() != endB {
+		t.Fatalf("B after its SyncTo: durable %v, tail %s", j.Durable(endB), j.Tail())
+	}
+}
+
+// A failed fdatasync in SyncTo fails the journal: the next Write and
+// SyncTo return the error, and nothing is retried.
+func TestJournal_SyncToFailureIsSticky(t *testing.T) {
+	mem := vfs.NewMem()
+	var fail atomic.Bool
+	injected := errors.New("injected sync failure")
+	fs := vfs.Intercept(mem, func(e vfs.Event) error {
+		if e.Op == vfs.OpSync && strings.Contains(e.Path, segmentSuffix) && fail.Load() {
+			return injected
+		}
+		return nil
+	})
+	j, _ := openMem(t, fs, Options{})
+	_, end, err := j.Write(Record{Type: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	if err := j.SyncTo(end); !errors.Is(err, injected) {
+		t.Fatalf("SyncTo: %v, want the injected error", err)
+	}
+	fail.Store(false)
+	if _, _, err := j.Write(Record{Type: 1}); !errors.Is(err, injected) {
+		t.Fatalf("Write after a failed sync: %v", err)
+	}
+	if err := j.SyncTo(end); !errors.Is(err, injected) {
+		t.Fatalf("SyncTo again: %v (retried?)", err)
+	}
+	if err := j.Close(); !errors.Is(err, injected) {
+		t.Fatalf("Close: %v", err)
+	}
+}
+
+// Segments are preallocated by writing zeros, never by fallocate, in 1 MiB
+// steps; the rest of the last step reads as zeros, and a crash that
+// leaves garbage in the unsynced zeros (and records) past the durable tail
+// recovers to exactly the synced records.
+func TestJournal_ZeroFilledPreallocation(t *testing.T) {
+	mem := vfs.NewMem()
+	var allocs atomic.Int64
+	fs := vfs.Intercept(mem, func(e vfs.Event) error {
+		if e.Op == vfs.OpAllocate && strings.Contains(e.Path, segmentSuffix) {
+			allocs.Add(1)
+		}
+		return nil
+	})
+	j, _ := openMem(t, fs, Options{SegmentSize: 4 << 20})
+	rec := Record{Type: 1, Payload: bytes.Repeat([]byte{0xA5}, 4000)}
+	n := 0
+	for j.Tail().Offset < allocStep+allocStep/2 {
+		if _, err := j.Append(rec); err != nil {
+			t.Fatal(err)
+		}
+		n++
+	}
+	if allocs.Load() != 0 {
+		t.Fatalf("%d fallocate calls on segments", allocs.Load())
+	}
+	tail := j.Tail()
+	seg := j.Segments()[len(j.Segments())-1]
+	if seg.Size != 2*allocStep {
+		t.Fatalf("segment size %d with records to %d, want %d", seg.Size, tail.Offset, 2*allocStep)
+	}
+	rest := make([]byte, seg.Size-tail.Offset)
+	f, err := mem.OpenFile(j.path(seg.ID), 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.ReadAt(rest, tail.Offset); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	if !isZero(rest) {
+		t.Fatal("bytes after the tail are not zeros")
+	}
+	// Unsynced: records past the durable tail, then (UnsafeSyncNever
+	// writes) the zeros of the next step.
+	for j.w.alloc < 3*allocStep {
+		if _, _, err := j.Write(rec); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, o := range []vfs.CrashOptions{{KeepUnsynced: 0.5, GarbageUnsynced: 0.3, Seed: 1}, {KeepUnsynced: 1, GarbageUnsynced: 0.5, Seed: 2}, {}} {
+		img := mem.CrashClone(o)
+		j2, rep := openMem(t, img, Options{SegmentSize: 4 << 20})
+		got := collect(t, j2)
+		if len(got) < n {
+			t.Fatalf("setting %d: %d records after the crash, %d were synced (report %+v)", i, len(got), n, rep)
+		}
+		for _, e := range got {
+			if !bytes.Equal(e.rec.Payload, rec.Payload) {
+				t.Fatalf("setting %d: record at %s differs", i, e.loc)
+			}
+		}
+		mustClose(t, j2)
+	}
+	mustClose(t, j)
+}
