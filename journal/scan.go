@@ -68,10 +68,10 @@ func (j *Journal) startWriter(segs []*segment, nextID SegmentID) error {
 		if err != nil {
 			return err
 		}
-		if !last.sealed {
-			if err := last.f.Sync(); err != nil {
-				return fmt.Errorf("journal: sync %s: %w", last.id, err)
-			}
+		// Sealed or not, what the scan found may be only in the OS cache:
+		// see below.
+		if err := last.f.Sync(); err != nil {
+			return fmt.Errorf("journal: sync %s: %w", last.id, err)
 		}
 		j.mu.segs = append(segs, seg)
 		j.mu.tail = Location{seg.id, seg.end}
@@ -93,13 +93,15 @@ func (j *Journal) startWriter(segs []*segment, nextID SegmentID) error {
 	last := segs[len(segs)-1]
 	w.seg, w.off, w.synced, w.prevOff, w.alloc = last, last.end, last.end, last.last, last.size
 	w.prev = last.tailPrev
-	if !last.sealed {
-		// What the scan found may be only in the OS cache (a previous
-		// process that did not sync); make it durable so that the synced
-		// field of the next frames tells the truth.
-		if err := last.f.Sync(); err != nil {
-			return fmt.Errorf("journal: sync %s: %w", last.id, err)
-		}
+	// What the scan found may be only in the OS cache (a previous process
+	// that did not sync); make it durable before anything read from it is
+	// served, and so that the synced field of the next frames tells the
+	// truth. A sealed last segment is no exception: a process that died
+	// between writing the seal and its fdatasync (rotate) left it sealed
+	// and unsynced. Segments before the last were synced when they were
+	// sealed (rotate syncs the old segment before it creates the next).
+	if err := last.f.Sync(); err != nil {
+		return fmt.Errorf("journal: sync %s: %w", last.id, err)
 	}
 	return nil
 }
