@@ -157,6 +157,18 @@ func Run(dir string, o Options) (*State, *Report, error) {
 		return fail(fmt.Errorf("recovery: journal: %w", err))
 	}
 
+	// The oldest segment the index refers to is judged after the replay:
+	// journal GC runs on the live index, which may have dropped its last
+	// reference to a segment that the checkpointed index still names (a
+	// value overwritten since). The replay drops that reference again, so
+	// such a segment is not missing; one the replayed index still refers
+	// to is.
+	if rp != nil && o.Refs != nil {
+		if err := checkOldest(st, o, rep); err != nil {
+			return fail(err)
+		}
+	}
+
 	rep.FreeListProof = pf.FreeListProof()
 	rep.NeedsCheckpoint = !o.PageFile.ReadOnly && (rep.RecordsReplayed > 0 || rep.PageFile.RedoApplied ||
 		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0 ||
@@ -168,7 +180,8 @@ func Run(dir string, o Options) (*State, *Report, error) {
 // need returns the segments the store requires of its journal: from the
 // replay position's segment (the first segment if the replay position is
 // zero: nothing was ever checkpointed, so nothing was collected) through
-// itself, widened to every segment holding a record the index refers to.
+// itself, widened to the newest segment holding a record the index refers
+// to (the oldest is judged after the replay: checkOldest).
 func need(ix *index.Store, from journal.Location, refs func(*index.Store) (journal.SegmentID, journal.SegmentID, error)) (journal.Need, error) {
 	n := journal.Need{First: from.Segment, Last: from.Segment}
 	if from.IsZero() {
@@ -181,9 +194,32 @@ func need(ix *index.Store, from journal.Location, refs func(*index.Store) (journ
 	if err != nil {
 		return n, err
 	}
-	if oldest != 0 && oldest < n.First {
-		n.First = oldest
-	}
+	_ = oldest // judged after the replay: checkOldest
 	n.Last = max(n.Last, newest)
 	return n, nil
+}
+
+// checkOldest requires the journal to begin at or before the oldest segment
+// the replayed index refers to. A missing one is ErrCorrupt naming it, or,
+// with SkipDamaged, listed in the report's skipped damage.
+func checkOldest(st *State, o Options, rep *Report) error {
+	oldest, _, err := o.Refs(st.Index)
+	if err != nil {
+		return fmt.Errorf("recovery: index: %w", err)
+	}
+	segs := st.Journal.Segments()
+	if oldest == 0 || (len(segs) > 0 && segs[0].ID <= oldest) {
+		return nil
+	}
+	to := oldest
+	if len(segs) > 0 {
+		to = segs[0].ID - 1
+	}
+	d := journal.Damage{From: journal.Location{Segment: oldest}, To: journal.Location{Segment: to + 1},
+		Reason: fmt.Sprintf("segments %s to %s are missing: the journal begins after them, but the index refers to values in %s", oldest, to, oldest)}
+	if !o.Journal.SkipDamaged {
+		return fmt.Errorf("recovery: journal: %w: %s: %s", journal.ErrCorrupt, d.From, d.Reason)
+	}
+	rep.Journal.Skipped = append(rep.Journal.Skipped, d)
+	return nil
 }
