@@ -70,7 +70,7 @@ func (j *Journal) startWriter(segs []*segment, nextID SegmentID) error {
 		}
 		// Sealed or not, what the scan found may be only in the OS cache:
 		// see below.
-		if err := last.f.Sync(); err != nil {
+		if err := segs[len(segs)-1].f.Sync(); err != nil {
 			return fmt.Errorf("journal: sync %s: %w", last.id, err)
 		}
 		j.mu.segs = append(segs, seg)

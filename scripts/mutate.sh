@@ -66,7 +66,8 @@ m free-sync-skipped pagefile/checkpoint.go \
   'if err := f.sync(file, tmp); err != nil {' 'if err := error(nil); err != nil {' \
   './pagefile .' "db.free.tmp is not synced before it is renamed to db.free"
 m free-dirsync-skipped pagefile/checkpoint.go \
-  'if err := f.fs.SyncDir(filepath.Dir(f.freeName)); err != nil {' 'if err := error(nil); err != nil {' \
+  $'return fmt.Errorf("pagefile: rename %s: %w", tmp, err)\n\t}\n\tif f.opts.UnsafeNoSync {\n\t\treturn nil\n\t}\n\tif err := f.fs.SyncDir(filepath.Dir(f.freeName)); err != nil {' \
+  $'return fmt.Errorf("pagefile: rename %s: %w", tmp, err)\n\t}\n\tif f.opts.UnsafeNoSync {\n\t\treturn nil\n\t}\n\tif err := error(nil); err != nil {' \
   './pagefile .' "the renames of db.free and db.free.prev are not made durable before the meta names the new checkpoint"
 m atomic-write-dirsync-skipped internal/vfs/helpers.go \
   'return fsys.SyncDir(filepath.Dir(name))' 'return func() error { _ = filepath.Dir(name); return nil }()' \
@@ -79,7 +80,7 @@ m free-trusted-without-pagecount pagefile/open.go \
   'case ff.pageCount != meta.PageCount:' 'case false && ff.pageCount != meta.PageCount:' \
   './pagefile .' "db.free is trusted without its page count matching the meta"
 m one-record-less-replayed recovery/replay.go \
-  'if err := o.Apply(tx, loc, r); err != nil {' 'if n == 0 && rep.RecordsReplayed == 0 { n++; last = loc; return nil }; if err := o.Apply(tx, loc, r); err != nil {' \
+  'if err := p.o.Apply(p.tx, loc, r); err != nil {' 'if p.count == 1 { return nil }; if err := p.o.Apply(p.tx, loc, r); err != nil {' \
   '.' "recovery skips the first journal record after the checkpoint's replay position"
 
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
