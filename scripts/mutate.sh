@@ -34,14 +34,17 @@ US=$'\x1f'
 MUTATIONS=()
 m() { MUTATIONS+=("$1$US$2$US$3$US$4$US$5$US$6"); }
 
-# ---- The committer and journal writer (being rewritten: keep these few
-# ---- anchors up to date with db.go and journal/writer.go).
+# ---- The commit path (commit.go) and the journal writer: keep these
+# ---- anchors up to date with commit.go and journal/writer.go).
 m journal-fdatasync-skipped journal/writer.go \
   'err := w.seg.f.Sync()' 'err := error(nil)' \
   './journal .' "the journal's fdatasync of a commit round is skipped: acknowledged batches are not durable"
-m ack-before-fsync db.go \
-  'sync := journal.SyncAlways' 'sync := journal.SyncInterval' \
-  '.' "the database's SyncAlways maps to the journal's SyncInterval: a write is acknowledged before its fsync"
+m ack-before-fsync commit.go \
+  'sync = sync || !r.async' 'sync = sync || !r.async && false' \
+  '.' "the commit leader treats every group as AckAsync: a synced write is applied and acknowledged before its fdatasync (which comes within SyncInterval)"
+m syncto-fdatasync-skipped journal/writer.go \
+  'err = seg.f.Sync()' 'err = nil' \
+  './journal .' "SyncTo, the fdatasync the database's commit leader waits for, is skipped: acknowledged batches are not durable"
 m segment-dirsync-skipped journal/writer.go \
   '{"sync dir", func() error { return fsys.SyncDir(j.dir) }},' '{"sync dir", func() error { return nil }},' \
   './journal .' "a new segment's name is not made durable after its rename"
