@@ -176,6 +176,9 @@ func (j *Journal) publishToLocked(s *segment, end, last int64) {
 // record after a crash stays under a step (FORMAT.md §J.1).
 const allocStep = 1 << 20
 
+// zeroBlock is what zeroFill writes from; never written to.
+var zeroBlock [64 << 10]byte
+
 // zeroFill writes zeros over [off, to) of f. Does not sync.
 //
 // The journal preallocates by writing zeros rather than by fallocate:
@@ -186,7 +189,7 @@ const allocStep = 1 << 20
 // of records) are overwritten in place. The bytes are the same either way:
 // zeros after the last record.
 func zeroFill(f vfs.File, off, to int64) error {
-	zeros := make([]byte, min(to-off, 64<<10))
+	zeros := zeroBlock[:]
 	for off < to {
 		n := min(int64(len(zeros)), to-off)
 		if _, err := f.WriteAt(zeros[:n], off); err != nil {
