@@ -232,7 +232,7 @@ func campaigns() []campaign {
 	cs := []campaign{
 		{name: "sequential", writers: 1, steps: pick([3]int{60, 300, 1500}), gen: dbtest.Workload, opts: campaignOptions,
 			every: 1, recoveryEvery: 30},
-		// Several writers: the committer groups their batches into one
+		// Several writers: the commit leader groups their batches into one
 		// journal batch, and the crash points fall inside those groups.
 		{name: "writers=4", writers: 4, steps: pick([3]int{12, 30, 200}), gen: dbtest.Workload, opts: campaignOptions,
 			every: pick([3]int{3, 2, 1}), recoveryEvery: 25},
@@ -317,7 +317,7 @@ func forWriter(steps []dbtest.Step, g int) []dbtest.Step {
 // Every few points it also crashes the recovery itself at each of its
 // writes, under each setting in turn. The shapes (see campaigns): one
 // writer with the mixed dbtest workload; four concurrent writers, whose
-// batches the committer groups; and a larger store with deep trees and
+// batches the commit leader groups; and a larger store with deep trees and
 // overflow chains.
 //
 // The default run takes seconds; KDB_LONG=1 runs 8 seeds of much longer

@@ -55,7 +55,7 @@ func Open(dir string, opts Options) (*Journal, *OpenReport, error) {
 	return j, rep, nil
 }
 
-// startWriter prepares the committer's state on the last segment, creating
+// startWriter prepares the writer's state (j.w) on the last segment, creating
 // the first segment of an empty journal.
 func (j *Journal) startWriter(segs []*segment, nextID SegmentID) error {
 	w := &j.w
