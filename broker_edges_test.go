@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // failingSyncFS fails every fsync of a journal segment once armed.

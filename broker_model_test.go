@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // A simple in-memory broker with the store's documented semantics.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 func putN(t *testing.T, db *kdb.DB, idx string, n, size int) {

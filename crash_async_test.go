@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // asyncModel is what the async-ack workload has been told so far.

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb/index"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
 	"github.com/kdb-project/kdb/recovery"

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 func TestDB_PutGetReopen(t *testing.T) {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/kdbtest/dbtest"
-	"github.com/kdb-project/kdb/internal/vfs"
-	"github.com/kdb-project/kdb/internal/vfs/errfs"
+	"github.com/kdb-project/kdb/vfs"
+	"github.com/kdb-project/kdb/vfs/errfs"
 )
 
 // sweepOptions keeps every file-system operation under the workload's

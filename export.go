@@ -11,7 +11,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/kdb-project/kdb/index"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // Snapshot file, FORMAT.md §6. These values are part of the format.

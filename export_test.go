@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // rawDump returns every tree of db but the engine's own, with every key and

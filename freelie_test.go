@@ -11,7 +11,7 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/checksum"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // forgeFreeFile rewrites dir's db.free as FORMAT.md §2 "db.free" lays it

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // TestDB_HeldPagesBounded: with concurrent writers at random keys, the page

@@ -11,7 +11,7 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/kdbtest"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // lostStore builds a closed store in a MemFS with writes in its journal and

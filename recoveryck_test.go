@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
-	"github.com/kdb-project/kdb/internal/vfs/errfs"
+	"github.com/kdb-project/kdb/vfs"
+	"github.com/kdb-project/kdb/vfs/errfs"
 )
 
 // crashedWithJournal returns a store on a MemFS whose last 200 puts are

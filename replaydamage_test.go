@@ -9,7 +9,7 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/kdbtest"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/journal"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // BenchmarkBrokerDrain measures the broker message store with persistent 1 KiB

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // floorState is the state of the blocks a floor measurement appends into.

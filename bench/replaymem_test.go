@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // BenchmarkReplayMem is BenchmarkReplay on the in-memory file system: the

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // BenchmarkWrite measures durable 1 KiB puts (SyncAlways, default options:

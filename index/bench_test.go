@@ -8,7 +8,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/pagefile"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/pagefile"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb/internal/kdbtest"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/pagefile"
 )
 

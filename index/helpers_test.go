@@ -7,7 +7,7 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/pagefile"
 )
 

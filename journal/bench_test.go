@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // BenchmarkAppend measures Append of 1 KiB records, one record per batch,

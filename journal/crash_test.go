@@ -11,8 +11,8 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb/internal/kdbtest"
-	"github.com/kdb-project/kdb/internal/vfs"
-	"github.com/kdb-project/kdb/internal/vfs/errfs"
+	"github.com/kdb-project/kdb/vfs"
+	"github.com/kdb-project/kdb/vfs/errfs"
 )
 
 // long reports whether the long sweeps run (KDB_LONG=1).

@@ -10,7 +10,7 @@
 // It must not know what records mean: RecordType and payloads are opaque,
 // except for the reserved internal types (RecordType 0xF0 and above) it
 // writes itself (segment seal and close mark records). It never imports
-// pagefile or index, and it does all file I/O through internal/vfs.
+// pagefile or index, and it does all file I/O through vfs.
 //
 // Concurrency: a Journal is safe for concurrent use. Writes run in the
 // caller's goroutine, one at a time (Write); an fdatasync (SyncTo) runs

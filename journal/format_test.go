@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb/internal/checksum"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/format")

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 const testDir = "/j"

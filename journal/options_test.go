@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 func TestOptions_Validate(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 	"sort"
 	"sync"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // readChunk is the window size of sequential scans.

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
-	"github.com/kdb-project/kdb/internal/vfs/errfs"
+	"github.com/kdb-project/kdb/vfs"
+	"github.com/kdb-project/kdb/vfs/errfs"
 )
 
 func TestJournal_RemoveBefore(t *testing.T) {

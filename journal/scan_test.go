@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb/internal/kdbtest"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // batch is one acknowledged Append.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // Under SyncAlways a written batch is neither visible nor durable until a

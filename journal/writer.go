@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb/internal/invariants"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // run is the ticker goroutine: under SyncInterval it makes what was

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // bulkBuild builds a valid store of size bytes in dir quickly: it creates

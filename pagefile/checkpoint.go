@@ -10,7 +10,7 @@ import (
 	"slices"
 
 	"github.com/kdb-project/kdb/internal/invariants"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // Checkpoint is a prepared checkpoint: a snapshot of the dirty pages, the

@@ -7,8 +7,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
-	"github.com/kdb-project/kdb/internal/vfs/errfs"
+	"github.com/kdb-project/kdb/vfs"
+	"github.com/kdb-project/kdb/vfs/errfs"
 )
 
 // TestFile_CheckpointFaultAtEveryOp injects EIO and ENOSPC at every

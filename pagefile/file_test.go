@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 const testType PageType = 16

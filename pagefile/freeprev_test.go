@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb/internal/kdbtest"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // TestFile_CrashInCheckpointKeepsTrustedFreeList crashes a checkpoint at each

@@ -3,7 +3,7 @@ package pagefile
 import (
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // TestFile_HeldPagesCountsImagesPinnedByACheckpoint follows HeldPages

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // longTests reports whether the long sweeps run (KDB_LONG=1).

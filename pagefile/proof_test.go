@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb/internal/kdbtest"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // lieFreeFile rewrites dir's db.free so that it also lists the pages of

@@ -3,7 +3,7 @@ package pagefile
 import (
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // openReadStore creates a store on the OS FS with n checkpointed pages and

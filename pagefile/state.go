@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/kdb-project/kdb/internal/checksum"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // ErrStale is returned by a ReadOnly handle when the store changed under it:

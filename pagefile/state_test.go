@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb/internal/kdbtest"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // A ReadOnly handle tells a page rewritten by a later checkpoint (ErrStale),

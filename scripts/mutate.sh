@@ -72,7 +72,7 @@ m free-dirsync-skipped pagefile/checkpoint.go \
   $'return fmt.Errorf("pagefile: rename %s: %w", tmp, err)\n\t}\n\tif f.opts.UnsafeNoSync {\n\t\treturn nil\n\t}\n\tif err := f.fs.SyncDir(filepath.Dir(f.freeName)); err != nil {' \
   $'return fmt.Errorf("pagefile: rename %s: %w", tmp, err)\n\t}\n\tif f.opts.UnsafeNoSync {\n\t\treturn nil\n\t}\n\tif err := error(nil); err != nil {' \
   './pagefile .' "the renames of db.free and db.free.prev are not made durable before the meta names the new checkpoint"
-m atomic-write-dirsync-skipped internal/vfs/helpers.go \
+m atomic-write-dirsync-skipped vfs/helpers.go \
   'return fsys.SyncDir(filepath.Dir(name))' 'return func() error { _ = filepath.Dir(name); return nil }()' \
   './internal/... ./pagefile .' "vfs.WriteFileAtomic does not sync the directory after its rename"
 # ---- Recovery: the free list and the replay.

@@ -10,7 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
 )

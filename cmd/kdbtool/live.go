@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/pagefile"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // fileStates returns every file's bytes and modification time in dir, so

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // setup returns a MemFS holding a durable file "f" of 1000 bytes of 0xAA.

@@ -4,7 +4,7 @@ import (
 	"errors"
 	"sync"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // ErrCrashed is returned by every operation at and after the simulated

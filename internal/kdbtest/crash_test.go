@@ -6,7 +6,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // workload performs, on fsys, the mutating operations

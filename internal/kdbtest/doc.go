@@ -3,7 +3,7 @@
 // operation of a workload, and FlipBit, ZeroRange, Truncate and CopyFile
 // damage or copy files at a named path and offset.
 //
-// It imports internal/vfs only and knows nothing of kdb's file formats.
+// It imports vfs only and knows nothing of kdb's file formats.
 //
 // Concurrency: a Crasher and its FS are safe for concurrent use. The
 // corruption helpers must not race with other writers of the same file.

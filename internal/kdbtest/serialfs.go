@@ -4,7 +4,7 @@ import (
 	"os"
 	"sync"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // serialFS runs every mutating operation of the FS it wraps, and of the

@@ -3,7 +3,7 @@
 //
 // It owns three implementations: OS (the real one: pwrite, fdatasync,
 // fallocate, flock, directory fsync and read-only mmap), MemFS (in memory,
-// able to produce a power-loss image at any moment) and, in internal/vfs/errfs,
+// able to produce a power-loss image at any moment) and, in vfs/errfs,
 // a fault injector that wraps either. Intercept is the pre-operation hook
 // that errfs and internal/kdbtest build on. The helpers WriteFileAtomic,
 // ReadFile and Exists work on any FS.

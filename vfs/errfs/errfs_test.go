@@ -9,7 +9,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/kdb-project/kdb/internal/vfs"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 func TestErrors_Unwrap(t *testing.T) {
