@@ -15,8 +15,8 @@ import (
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/kdbtest"
 	"github.com/kdb-project/kdb/internal/kdbtest/dbtest"
-	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // campaignOptions keeps checkpoints under the workload's control, so that a

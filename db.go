@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb/index"
-	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
 	"github.com/kdb-project/kdb/recovery"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // DB is an open store.

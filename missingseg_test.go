@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/journal"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 func segOpts(fs vfs.FS) *kdb.Options {

@@ -7,9 +7,9 @@ import (
 	"slices"
 	"time"
 
-	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // A ReadOnly handle takes no lock, so the process that writes the store may

@@ -9,8 +9,8 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/kdbtest"
-	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/journal"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // TestOpen_DamageAfterReplayedRecordsChangesNothing: recovery applies the

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // The benchmarks share one store of benchKeys keys (16-byte keys, 100-byte

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // TestStore_CheckpointIODoesNotBlockViewsOrUpdates holds a checkpoint inside

@@ -8,8 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // TestStore_ConcurrentViewsUpdatesCheckpoints runs one writer, several

@@ -6,9 +6,9 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/kdb-project/kdb/pagefile"
 	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/vfs/errfs"
-	"github.com/kdb-project/kdb/pagefile"
 )
 
 // TestStore_CheckpointIOErrorIsSticky injects EIO at every file operation

@@ -7,8 +7,8 @@ import (
 	"sort"
 	"testing"
 
-	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // env is a store on a page file, reopenable on the same file system.

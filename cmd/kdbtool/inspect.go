@@ -10,9 +10,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 func init() {

@@ -10,8 +10,8 @@ import (
 	"strings"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/vfs"
 	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 func init() {
