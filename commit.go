@@ -39,6 +39,11 @@ type commitReq struct {
 	// request is made the leader rather than answered.
 	lead bool
 	err  error
+	// gen, ovKeys and ovDrops: its entries in the in-flight overlay
+	// (ordered.go).
+	gen     uint64
+	ovKeys  []string
+	ovDrops []string
 	// done receives one token: the request was answered (err) or made the
 	// leader (lead).
 	done chan struct{}
@@ -85,7 +90,11 @@ type commitQueue struct {
 // commit journals ops, waits until they are durable and applied, and
 // returns. The caller must hold db.writeMu (shared or exclusive).
 func (db *DB) commit(ops []op) error {
+	if err := db.lockTx("a write"); err != nil {
+		return err
+	}
 	req, err := db.submit(ops, false)
+	db.txMu.Unlock()
 	if err != nil {
 		return err
 	}
@@ -97,7 +106,7 @@ func (db *DB) commit(ops []op) error {
 // returns its outcome. Batches are journaled and applied in the order they
 // were submitted, so a caller that serializes its submissions (the broker)
 // knows the order they take effect in. async: see commitReq.
-// The caller must hold db.writeMu (shared or exclusive) until wait returns.
+// The caller must hold db.writeMu (shared or exclusive) and txMu.
 func (db *DB) submit(ops []op, async bool) (*commitReq, error) {
 	req, err := db.encode(ops)
 	if err != nil {
@@ -107,6 +116,7 @@ func (db *DB) submit(ops []op, async bool) (*commitReq, error) {
 	if err := db.waitForRoom(); err != nil {
 		return nil, err
 	}
+	db.register(req)
 	q := &db.cq
 	q.mu.Lock()
 	q.mu.queue = append(q.mu.queue, req)
@@ -196,6 +206,7 @@ func (db *DB) lead() {
 	if seq != 0 {
 		err = db.applyInTurn(seq, group, locs, err)
 	}
+	db.settled(group)
 	for _, r := range group {
 		r.err = err
 		if !r.lead {

@@ -2,6 +2,8 @@ package kdb
 
 import (
 	"bytes"
+	"sync"
+	"sync/atomic"
 
 	"github.com/kdb-project/kdb/index"
 	"github.com/kdb-project/kdb/journal"
@@ -44,6 +46,19 @@ import (
 // Values of user indexes (Write, Update) are not moved.
 const compactFactor = 4
 
+// compactPrefix: the trees compaction moves values of (the broker
+// package's namespace).
+const compactPrefix = "b/"
+
+// compaction is the state of journal compaction.
+type compaction struct {
+	commits     atomic.Uint64
+	compactions atomic.Uint64
+	movedValues atomic.Uint64
+	compactMu   sync.Mutex
+	compactedAt atomic.Int64 // journal segment of the replay position at the last compaction pass
+}
+
 // compactEvery is how many broker writes pass between two looks at whether
 // compaction is due; a pass runs at most once per checkpoint (per replay
 // segment).
@@ -52,7 +67,7 @@ const compactEvery = 16
 // maybeCompact runs a compaction pass if one is due. The caller must hold
 // no lock of the DB.
 func (db *DB) maybeCompact() {
-	b := &db.broker
+	b := &db.compaction
 	if b.commits.Add(1)%compactEvery != 0 {
 		return
 	}
@@ -75,8 +90,8 @@ func (db *DB) maybeCompact() {
 // (nil) the moves are durable; the segments are removed by the next
 // checkpoint.
 func (db *DB) Compact() (int, error) {
-	db.broker.compactMu.Lock()
-	defer db.broker.compactMu.Unlock()
+	db.compaction.compactMu.Lock()
+	defer db.compaction.compactMu.Unlock()
 	return db.compact()
 }
 
@@ -131,14 +146,14 @@ func (db *DB) compact() (int, error) {
 	budget := db.maxGroup / 4
 	for more := true; more; {
 		more = false
-		err := db.brokerCommit(true, false, func(w *bwrite) error {
+		err := db.update(compactPrefix, func(w *Txn) error {
 			names, err := w.s.tx.Trees()
 			if err != nil {
 				return err
 			}
 			size := 0
 			for _, name := range names {
-				if !bytes.HasPrefix(name, []byte(brokerPrefix)) {
+				if !bytes.HasPrefix(name, []byte(compactPrefix)) {
 					continue
 				}
 				c := w.s.tx.Tree(name).Cursor()
@@ -155,7 +170,9 @@ func (db *DB) compact() (int, error) {
 					if err != nil {
 						return err
 					}
-					w.put(bytes.Clone(name), bytes.Clone(k), val)
+					if err := w.Put(string(name[len(compactPrefix):]), k, val); err != nil {
+						return err
+					}
 					size += n + len(k) + 64
 					moved++
 				}
@@ -170,8 +187,8 @@ func (db *DB) compact() (int, error) {
 		}
 	}
 	if moved > 0 {
-		db.broker.compactions.Add(1)
-		db.broker.movedValues.Add(uint64(moved))
+		db.compaction.compactions.Add(1)
+		db.compaction.movedValues.Add(uint64(moved))
 		db.kickCheckpoint()
 	}
 	return moved, nil

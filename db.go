@@ -28,9 +28,9 @@ import (
 // then answers the writers. Readers see a change only once
 // it is durable (AckAsync's acks excepted: see there).
 //
-// Lock order: writeMu → the commit queue's locks (cq) → DB.mu → (journal,
-// index and page file locks); views.mu (the View registry, lifecycle.go)
-// is a leaf. No DB lock is held across an fsync except writeMu, which a
+// Lock order: writeMu → txMu → the commit queue's locks (cq) → fl.mu →
+// DB.mu → (journal, index and page file locks); views.mu (the View
+// registry, lifecycle.go) is a leaf. No DB lock is held across an fsync except writeMu, which a
 // writer holds while it waits for its own commit.
 //
 // Invariants:
@@ -71,7 +71,13 @@ type DB struct {
 
 	applied journal.Location // see Invariants
 
-	broker brokerState // the message store's writers: broker.go
+	// txMu serializes submissions: a Submit's function and the queueing
+	// of every batch (ordered.go); fl is the overlay of the writes in
+	// flight.
+	txMu sync.Mutex
+	fl   inflight
+
+	compaction compaction // compact.go
 
 	mu struct {
 		sync.Mutex
@@ -415,6 +421,7 @@ func (db *DB) Close() error {
 	if err := db.lockWrite("Close"); err != nil {
 		return err
 	}
+	db.drain() // the Commits submitted are waited for by their callers
 	db.mu.Lock()
 	if db.mu.closed {
 		db.mu.Unlock()

@@ -33,11 +33,6 @@ var (
 	// ErrInvalid reports bad input from the caller: an empty or oversized
 	// key, index name or value, or bad Options.
 	ErrInvalid = errors.New("kdb: invalid argument")
-	// ErrDuplicate is returned by the broker's Send for a message whose ID
-	// is already kept in its destination, or whose producer sequence is not
-	// above its producer's last one; and by Prepare for a transaction ID
-	// already prepared.
-	ErrDuplicate = errors.New("kdb: duplicate message")
 	// ErrStale is returned by a DB opened ReadOnly when the process that
 	// writes the store checkpointed while a read ran, so that the read met
 	// pages or journal segments of a newer state: not damage. Close the
@@ -51,7 +46,7 @@ func wrapErr(err error) error {
 	if err == nil {
 		return nil
 	}
-	for _, s := range []error{ErrCorrupt, ErrVersionMismatch, ErrLocked, ErrClosed, ErrReadOnly, ErrFailed, ErrNotFound, ErrInvalid, ErrDuplicate, ErrStale} {
+	for _, s := range []error{ErrCorrupt, ErrVersionMismatch, ErrLocked, ErrClosed, ErrReadOnly, ErrFailed, ErrNotFound, ErrInvalid, ErrStale} {
 		if errors.Is(err, s) {
 			return err
 		}

@@ -34,23 +34,3 @@ const (
 	userTreePrefix = "u/"        // + the index name
 	segRefsTree    = "k/segrefs" // journal segment (u32 big-endian) -> live values in it (u64 LE), bytes (u64 LE)
 )
-
-// Broker trees, docs/FORMAT.md §5.6. <id> is a
-// destination's or subscription's id, u64 big-endian; seq keys are u64
-// big-endian so that trees iterate in sequence order.
-const (
-	brokerPrefix     = "b/"
-	brokerDestsTree  = "b/dests" // kind u8 + name -> id u64, nextSeq u64, count u64, bytes u64 (LE)
-	brokerCtrTree    = "b/ctr"   // "ids" -> the next destination or subscription id u64 (LE)
-	brokerSubsTree   = "b/subs"  // dest id + sub name -> sub id u64, start seq u64 (LE)
-	brokerTxTree     = "b/tx"    // xid -> a prepared transaction (brokerTxVersion encoding)
-	brokerMsgPrefix  = "b/m/"    // + dest id: seq -> message (brokerMsgVersion encoding)
-	brokerHdrPrefix  = "b/h/"    // + dest id: seq -> refs u32, size u32 (LE), message ID
-	brokerIDPrefix   = "b/x/"    // + dest id: message ID -> seq u64 (LE)
-	brokerProdPrefix = "b/p/"    // + dest id: producer ID -> highest producer sequence u64 (LE)
-	brokerPendPrefix = "b/q/"    // + sub id: seq -> empty (the subscription's pending messages)
-
-	brokerMsgVersion = 1
-	brokerTxVersion  = 1
-	destRecSize      = 32
-)

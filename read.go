@@ -30,12 +30,16 @@ func (db *DB) Get(index string, key []byte) ([]byte, error) {
 // that outlasts Options.CloseWait gets ErrClosed from its next Snapshot or
 // Iter call.
 func (db *DB) View(fn func(s *Snapshot) error) error {
+	return db.view(userTreePrefix, fn)
+}
+
+func (db *DB) view(prefix string, fn func(s *Snapshot) error) error {
 	floor, err := db.beginView()
 	if err != nil {
 		return err
 	}
 	defer db.endView(floor)
-	s := &Snapshot{db: db}
+	s := &Snapshot{db: db, prefix: prefix}
 	defer s.ended.Store(true)
 	return db.staleOr(wrapErr(db.ix.View(func(tx *index.Tx) error {
 		s.tx = tx
@@ -48,9 +52,10 @@ func (db *DB) View(fn func(s *Snapshot) error) error {
 // returned, its methods (and its iterators') return ErrInvalid and touch no
 // memory of the store.
 type Snapshot struct {
-	db    *DB
-	tx    *index.Tx
-	ended atomic.Bool // the View returned
+	db     *DB
+	prefix string // tree-name prefix of its index names: "u/" or a namespace's
+	tx     *index.Tx
+	ended  atomic.Bool // the View returned
 }
 
 // usable returns why s cannot be read any more, if it cannot.
@@ -69,7 +74,7 @@ func (s *Snapshot) Get(index string, key []byte) ([]byte, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	t, err := s.tx.OpenTree(userTree(index))
+	t, err := s.tx.OpenTree(treeName(s.prefix, index))
 	if err != nil {
 		return nil, err
 	}
@@ -91,7 +96,7 @@ func (s *Snapshot) Len(index string) (uint64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
-	t, err := s.tx.OpenTree(userTree(index))
+	t, err := s.tx.OpenTree(treeName(s.prefix, index))
 	if err != nil || t == nil {
 		return 0, err
 	}
@@ -109,11 +114,20 @@ func (s *Snapshot) Indexes() ([]string, error) {
 	}
 	var out []string
 	for _, n := range names {
-		if len(n) > len(userTreePrefix) && string(n[:len(userTreePrefix)]) == userTreePrefix {
-			out = append(out, string(n[len(userTreePrefix):]))
+		if len(n) > len(s.prefix) && string(n[:len(s.prefix)]) == s.prefix {
+			out = append(out, string(n[len(s.prefix):]))
 		}
 	}
 	return out, nil
+}
+
+// Exists reports whether the named index exists.
+func (s *Snapshot) Exists(index string) (bool, error) {
+	if err := s.usable(); err != nil {
+		return false, err
+	}
+	t, err := s.tx.OpenTree(treeName(s.prefix, index))
+	return t != nil, err
 }
 
 // Iter returns an iterator over the named index in key order (empty if the
@@ -124,7 +138,7 @@ func (s *Snapshot) Iter(index string) *Iter {
 		it.err = err
 		return it
 	}
-	t, err := s.tx.OpenTree(userTree(index))
+	t, err := s.tx.OpenTree(treeName(s.prefix, index))
 	switch {
 	case err != nil:
 		it.err = err

@@ -80,7 +80,7 @@ func (db *DB) Stats() Stats {
 	s.Recovery = db.Recovery()
 	s.PinnedSegments, s.PinnedBytes = db.pinned()
 	s.Views = db.runningViews()
-	s.Compactions, s.CompactedValues = db.broker.compactions.Load(), db.broker.movedValues.Load()
+	s.Compactions, s.CompactedValues = db.compaction.compactions.Load(), db.compaction.movedValues.Load()
 	return s
 }
 

@@ -5,25 +5,40 @@ import (
 	"fmt"
 )
 
-// Txn is a read-write transaction: see DB.Update.
+// Txn is a read-write transaction: see DB.Update and DB.Submit. Its reads
+// see its own writes first (one mechanism for every transaction: the
+// batch it builds, indexed by key), then, in a Submit, the writes in flight
+// before it, then its snapshot.
 type Txn struct {
-	db  *DB
-	b   Batch
-	s   *Snapshot
-	own map[string]int // tree+"\x00"+key -> index of the last op on it in b.ops
+	db     *DB
+	prefix string // tree-name prefix of its index names: "u/" or a namespace's
+	b      Batch
+	s      *Snapshot
+	// own maps ovKey(tree, key) to the index in b.ops of the last op on it;
+	// dropped maps a tree to the index of the last op dropping it.
+	own     map[string]int
+	dropped map[string]int
+	ordered bool // a Submit: reads see the writes in flight
+	noSync  bool
 }
 
-// Update runs fn as one serializable transaction: fn's reads see every
-// acknowledged write plus its own writes, no other write commits while fn
-// runs, and fn's writes commit atomically when it returns nil (and are then
-// durable). If fn returns an error nothing is written. Updates run one at a
-// time; concurrent blind writes belong in Write.
+// Update runs fn as one serializable transaction: fn's reads (Get and
+// Iter) see every acknowledged write plus fn's own writes for Get, no other
+// write commits while fn runs, and fn's writes commit atomically when it
+// returns nil (and are then durable). If fn returns an error nothing is
+// written. Updates run one at a time, after the transactions submitted
+// before them are applied; concurrent blind writes belong in Write, ordered
+// ones in Submit.
 //
 // Inside fn, Get, View and Checkpoint work (Get and View see the committed
-// state, without fn's writes); Update, Write, Put, Delete, the broker's
-// writes and Close, which would wait for this Update to end, return
-// ErrInvalid at once (see lifecycle.go).
+// state, without fn's writes); Update, Submit, Write, Put, Delete and
+// Close, which would wait for this Update to end, return ErrInvalid at once
+// (see lifecycle.go).
 func (db *DB) Update(fn func(tx *Txn) error) error {
+	return db.update(userTreePrefix, fn)
+}
+
+func (db *DB) update(prefix string, fn func(tx *Txn) error) error {
 	if err := db.lockWrite("Update"); err != nil {
 		return err
 	}
@@ -36,40 +51,33 @@ func (db *DB) Update(fn func(tx *Txn) error) error {
 	if err != nil {
 		return err
 	}
-	tx := &Txn{db: db}
-	err = db.View(func(s *Snapshot) error {
-		tx.s = s
-		defer func() { tx.s = nil }()
-		return fn(tx)
-	})
-	if err != nil {
+	// writeMu excludes new writers; wait for the ordered commits still in
+	// flight, so that fn's snapshot holds everything.
+	db.drain()
+	tx := &Txn{db: db, prefix: prefix}
+	if err := db.runTxn(tx, fn); err != nil {
 		return err
 	}
-	if tx.b.err != nil {
-		return tx.b.err
-	}
+	tx.s = nil
 	if len(tx.b.ops) == 0 {
 		return nil
 	}
 	return db.commit(tx.b.ops)
 }
 
-func ownKey(tree, key []byte) string {
-	return string(tree) + "\x00" + string(key)
-}
-
 func (tx *Txn) live() error {
 	if tx.s == nil {
-		return fmt.Errorf("%w: transaction used after Update returned", ErrInvalid)
+		return fmt.Errorf("%w: transaction used after its function returned", ErrInvalid)
 	}
 	return nil
 }
 
-// Put sets key to value in the named index.
+// Put sets key to value in the named index. key and value are copied.
 func (tx *Txn) Put(index string, key, value []byte) error {
 	if err := tx.live(); err != nil {
 		return err
 	}
+	tx.b.prefix = tx.prefix
 	tx.b.Put(index, key, value)
 	return tx.record()
 }
@@ -79,34 +87,103 @@ func (tx *Txn) Delete(index string, key []byte) error {
 	if err := tx.live(); err != nil {
 		return err
 	}
+	tx.b.prefix = tx.prefix
 	tx.b.Delete(index, key)
 	return tx.record()
 }
+
+// DropIndex removes the named index and all its keys (nothing if it does
+// not exist).
+func (tx *Txn) DropIndex(index string) error {
+	if err := tx.live(); err != nil {
+		return err
+	}
+	tx.b.prefix = tx.prefix
+	tx.b.DropIndex(index)
+	return tx.record()
+}
+
+// NoSync marks the transaction's commit as not needing an fsync of its
+// own: it is applied (readers see it) before Commit.Wait returns, and made
+// durable by the next synced commit or within Options.SyncInterval,
+// whichever comes first; a crash before then loses it whole. Under
+// Options.Sync other than SyncAlways every commit is like that already.
+func (tx *Txn) NoSync() { tx.noSync = true }
 
 func (tx *Txn) record() error {
 	if tx.b.err != nil {
 		return tx.b.err
 	}
+	i := len(tx.b.ops) - 1
+	o := tx.b.ops[i]
+	if o.kind == opDropTree {
+		if tx.dropped == nil {
+			tx.dropped = make(map[string]int)
+		}
+		tx.dropped[string(o.tree)] = i
+		return nil
+	}
 	if tx.own == nil {
 		tx.own = make(map[string]int)
 	}
-	o := tx.b.ops[len(tx.b.ops)-1]
-	tx.own[ownKey(o.tree, o.key)] = len(tx.b.ops) - 1
+	tx.own[ovKey(o.tree, o.key)] = i
 	return nil
 }
 
-// Get returns the value of key in the named index as this transaction sees
-// it (its own writes included), or ErrNotFound.
+// Get returns a copy of the value of key in the named index as this
+// transaction sees it (its own writes, then, in a Submit, the writes in
+// flight, then its snapshot), or ErrNotFound.
 func (tx *Txn) Get(index string, key []byte) ([]byte, error) {
 	if err := tx.live(); err != nil {
 		return nil, err
 	}
-	if i, ok := tx.own[ownKey(userTree(index), key)]; ok {
+	tree := treeName(tx.prefix, index)
+	d, dropped := tx.dropped[string(tree)]
+	if i, ok := tx.own[ovKey(tree, key)]; ok && (!dropped || i > d) {
 		o := tx.b.ops[i]
 		if o.kind == opDelete {
 			return nil, ErrNotFound
 		}
 		return bytes.Clone(o.value), nil
 	}
+	if dropped {
+		return nil, ErrNotFound
+	}
+	if tx.ordered {
+		if v, ok, found := tx.db.lookup(tree, key); found {
+			if !ok {
+				return nil, ErrNotFound
+			}
+			return bytes.Clone(v), nil
+		}
+	}
 	return tx.s.Get(index, key)
+}
+
+// Iter returns an iterator over the named index as committed when the
+// transaction began: without the transaction's own writes, and in a
+// Submit without the writes in flight.
+func (tx *Txn) Iter(index string) *Iter {
+	if err := tx.live(); err != nil {
+		return &Iter{err: err}
+	}
+	return tx.s.Iter(index)
+}
+
+// Len returns the number of keys in the named index as committed when the
+// transaction began (as Iter sees it).
+func (tx *Txn) Len(index string) (uint64, error) {
+	if err := tx.live(); err != nil {
+		return 0, err
+	}
+	return tx.s.Len(index)
+}
+
+// Exists reports whether the named index exists as committed when the
+// transaction began (as Iter sees it).
+func (tx *Txn) Exists(index string) (bool, error) {
+	if err := tx.live(); err != nil {
+		return false, err
+	}
+	return tx.s.Exists(index)
 }

@@ -123,8 +123,8 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 	return out, ioErr
 }
 
-// checkIndex runs the index check (kdb Check) on the store opened
-// read-only. When the free-list file Open would trust lists pages in use
+// checkIndex runs the index check (kdb Check, then the broker's Check) on
+// the store opened read-only. When the free-list file Open would trust lists pages in use
 // (a problem inspect already reported under free_list), the free list is
 // rebuilt in memory by a scan instead, so that the index is judged on its
 // own: the lie is one problem of the free list, not of the index.
@@ -149,6 +149,11 @@ func checkIndex(dir string, freeListLies bool, out *checkOut, stderr io.Writer) 
 	})
 	pages.done()
 	keys.done()
+	if err == nil {
+		// The broker's trees against a recount: what the engine's Check
+		// leaves to the layer that keeps them.
+		err = brokerOf(db).Check()
+	}
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}

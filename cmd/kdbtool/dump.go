@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 )
 
 func init() {
@@ -229,11 +230,11 @@ func dumpIndex(db *kdb.DB, out *dumpOut, name string, from []byte, max int, valu
 }
 
 func dumpDest(db *kdb.DB, out *dumpOut, from uint64, max int, values bool) error {
-	kind, name := kdb.Queue, out.Queue
+	kind, name := broker.Queue, out.Queue
 	if out.Topic != "" {
-		kind, name = kdb.Topic, out.Topic
+		kind, name = broker.Topic, out.Topic
 	}
-	if _, err := db.Destination(kind, name); err != nil {
+	if _, err := brokerOf(db).Destination(kind, name); err != nil {
 		return fmt.Errorf("%s %q: %w", kind, name, err)
 	}
 	const page = 1000
@@ -245,12 +246,12 @@ func dumpDest(db *kdb.DB, out *dumpOut, from uint64, max int, values bool) error
 		if rem := max - len(out.Messages); rem < page {
 			n = rem + 1
 		}
-		var ms []kdb.Message
+		var ms []broker.Message
 		var err error
 		if out.Sub != "" {
-			ms, err = db.ReadSub(name, out.Sub, from, n)
+			ms, err = brokerOf(db).ReadSub(name, out.Sub, from, n)
 		} else {
-			ms, err = db.Read(kind, name, from, n)
+			ms, err = brokerOf(db).Read(kind, name, from, n)
 		}
 		if err != nil {
 			return err
@@ -273,4 +274,14 @@ func dumpDest(db *kdb.DB, out *dumpOut, from uint64, max int, values bool) error
 		}
 	}
 	return nil
+}
+
+// brokerOf returns the broker's message store in db (opening it writes
+// nothing).
+func brokerOf(db *kdb.DB) *broker.Broker {
+	b, err := broker.Open(db)
+	if err != nil {
+		panic(err) // broker.Namespace is a valid namespace name
+	}
+	return b
 }

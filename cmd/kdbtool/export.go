@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 )
 
 func init() {
@@ -43,19 +44,19 @@ type exportOut struct {
 	Warnings      []string `json:"warnings"`
 }
 
-func kindName(k kdb.DestKind) string {
-	if k == kdb.Topic {
+func kindName(k broker.DestKind) string {
+	if k == broker.Topic {
 		return "topic"
 	}
 	return "queue"
 }
 
-func parseKind(s string) (kdb.DestKind, error) {
+func parseKind(s string) (broker.DestKind, error) {
 	switch s {
 	case "queue":
-		return kdb.Queue, nil
+		return broker.Queue, nil
 	case "topic":
-		return kdb.Topic, nil
+		return broker.Topic, nil
 	}
 	return 0, fmt.Errorf("unknown destination kind %q", s)
 }
@@ -70,22 +71,22 @@ func summarize(db *kdb.DB, out *exportOut) error {
 	if err != nil {
 		return err
 	}
-	dests, err := db.Destinations()
+	dests, err := brokerOf(db).Destinations()
 	if err != nil {
 		return err
 	}
 	out.Destinations = len(dests)
 	for _, d := range dests {
 		out.Messages += d.Count
-		if d.Kind == kdb.Topic {
-			subs, err := db.Subscriptions(d.Name)
+		if d.Kind == broker.Topic {
+			subs, err := brokerOf(db).Subscriptions(d.Name)
 			if err != nil {
 				return err
 			}
 			out.Subscriptions += len(subs)
 		}
 	}
-	prep, err := db.Prepared()
+	prep, err := brokerOf(db).Prepared()
 	out.Prepared = len(prep)
 	return err
 }

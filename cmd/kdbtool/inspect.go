@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
 	"github.com/kdb-project/kdb/vfs"
@@ -365,12 +366,12 @@ func inspectIndexes(dir string) (storeOut, error) {
 		return nil
 	})
 	if err == nil {
-		var ds []kdb.DestInfo
-		if ds, err = db.Destinations(); err == nil {
+		var ds []broker.DestInfo
+		if ds, err = brokerOf(db).Destinations(); err == nil {
 			for _, d := range ds {
 				do := destOut{Kind: d.Kind.String(), Name: d.Name, Count: d.Count, Bytes: d.Bytes, NextSeq: d.NextSeq}
-				if d.Kind == kdb.Topic {
-					subs, serr := db.Subscriptions(d.Name)
+				if d.Kind == broker.Topic {
+					subs, serr := brokerOf(db).Subscriptions(d.Name)
 					if serr != nil {
 						err = serr
 						break
@@ -385,7 +386,7 @@ func inspectIndexes(dir string) (storeOut, error) {
 	}
 	if err == nil {
 		var p []string
-		if p, err = db.Prepared(); err == nil && p != nil {
+		if p, err = brokerOf(db).Prepared(); err == nil && p != nil {
 			so.Prepared = p
 		}
 	}

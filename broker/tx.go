@@ -1,16 +1,19 @@
-package kdb
+package broker
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/internal/codec"
 )
 
-// BrokerTx is a local broker transaction: its sends and acks, across any
+// Tx is a local broker transaction: its sends and acks, across any
 // destinations, take effect together at Commit (one journal batch: after a
 // crash all of them are there or none) or not at all. Prepare makes it a
-// two-phase transaction. A BrokerTx is not safe for concurrent use.
-type BrokerTx struct {
-	db   *DB
+// two-phase transaction. A Tx is not safe for concurrent use.
+type Tx struct {
+	b    *Broker
 	ops  []txOp
 	done bool
 }
@@ -31,18 +34,18 @@ const (
 )
 
 // BeginTx starts a broker transaction.
-func (db *DB) BeginTx() *BrokerTx { return &BrokerTx{db: db} }
+func (b *Broker) BeginTx() *Tx { return &Tx{b: b} }
 
-func (tx *BrokerTx) usable() error {
+func (tx *Tx) usable() error {
 	if tx.done {
-		return fmt.Errorf("%w: transaction already committed, prepared or rolled back", ErrInvalid)
+		return fmt.Errorf("%w: transaction already committed, prepared or rolled back", kdb.ErrInvalid)
 	}
 	return nil
 }
 
 // Send adds a message to the transaction; m.Seq is set at Commit. m must
 // not change until then.
-func (tx *BrokerTx) Send(kind DestKind, dest string, m *Message) error {
+func (tx *Tx) Send(kind DestKind, dest string, m *Message) error {
 	if err := tx.usable(); err != nil {
 		return err
 	}
@@ -57,12 +60,12 @@ func (tx *BrokerTx) Send(kind DestKind, dest string, m *Message) error {
 }
 
 // Ack adds queue acks to the transaction.
-func (tx *BrokerTx) Ack(kind DestKind, dest string, seqs ...uint64) error {
+func (tx *Tx) Ack(kind DestKind, dest string, seqs ...uint64) error {
 	if err := tx.usable(); err != nil {
 		return err
 	}
 	if kind != Queue {
-		return fmt.Errorf("%w: Ack is for queues; topics use AckSub", ErrInvalid)
+		return fmt.Errorf("%w: Ack is for queues; topics use AckSub", kdb.ErrInvalid)
 	}
 	if err := checkDest(kind, dest); err != nil {
 		return err
@@ -72,7 +75,7 @@ func (tx *BrokerTx) Ack(kind DestKind, dest string, seqs ...uint64) error {
 }
 
 // AckSub adds subscription acks to the transaction.
-func (tx *BrokerTx) AckSub(topic, sub string, seqs ...uint64) error {
+func (tx *Tx) AckSub(topic, sub string, seqs ...uint64) error {
 	if err := tx.usable(); err != nil {
 		return err
 	}
@@ -102,7 +105,7 @@ func (w *bwrite) runTx(ops []txOp) ([]uint64, error) {
 		case txAckSub:
 			err = w.ackSub(o.dest, o.sub, o.seqs)
 		default:
-			err = fmt.Errorf("%w: broker transaction op %d", ErrCorrupt, o.kind)
+			err = fmt.Errorf("%w: broker transaction op %d", kdb.ErrCorrupt, o.kind)
 		}
 		if err != nil {
 			return nil, err
@@ -115,7 +118,7 @@ func (w *bwrite) runTx(ops []txOp) ([]uint64, error) {
 // (a duplicate, an unknown message) nothing is written and the error is
 // returned. On return (nil) it is durable. Either way the transaction is
 // over.
-func (tx *BrokerTx) Commit() error {
+func (tx *Tx) Commit() error {
 	if err := tx.usable(); err != nil {
 		return err
 	}
@@ -124,7 +127,7 @@ func (tx *BrokerTx) Commit() error {
 		return nil
 	}
 	var seqs []uint64
-	err := tx.db.brokerWrite(false, func(w *bwrite) error {
+	err := tx.b.write(false, false, func(w *bwrite) error {
 		var err error
 		seqs, err = w.runTx(tx.ops)
 		return err
@@ -143,7 +146,7 @@ func (tx *BrokerTx) Commit() error {
 }
 
 // Rollback abandons the transaction: nothing of it was written.
-func (tx *BrokerTx) Rollback() { tx.done = true }
+func (tx *Tx) Rollback() { tx.done = true }
 
 // Prepare is phase one of a two-phase commit: it checks that the
 // transaction can commit now (no duplicate, every acked message there) and
@@ -152,7 +155,7 @@ func (tx *BrokerTx) Rollback() { tx.done = true }
 // sequence numbers at CommitPrepared. A prepared transaction holds no lock:
 // a conflicting write made before CommitPrepared makes it fail (then roll it
 // back). On return (nil) it is durable.
-func (tx *BrokerTx) Prepare(xid string) error {
+func (tx *Tx) Prepare(xid string) error {
 	if err := tx.usable(); err != nil {
 		return err
 	}
@@ -160,16 +163,19 @@ func (tx *BrokerTx) Prepare(xid string) error {
 		return err
 	}
 	enc := encodeTx(tx.ops)
-	if len(enc) > MaxValueSize {
-		return fmt.Errorf("%w: transaction of %d bytes (max %d)", ErrInvalid, len(enc), MaxValueSize)
+	if len(enc) > kdb.MaxValueSize {
+		return fmt.Errorf("%w: transaction of %d bytes (max %d)", kdb.ErrInvalid, len(enc), kdb.MaxValueSize)
 	}
-	err := tx.db.brokerWrite(true, func(w *bwrite) error {
-		if _, ok, err := w.get([]byte(brokerTxTree), []byte(xid)); err != nil {
+	// A dry run whose writes are discarded (errDryRun), so that m.Seq
+	// stays unset until commit; then the prepared record alone. Both run
+	// after the writes in flight; a write in between can only make
+	// CommitPrepared fail, as any write before it can.
+	dry := func(w *bwrite) error {
+		if _, ok, err := w.get(txTree, []byte(xid)); err != nil {
 			return err
 		} else if ok {
 			return fmt.Errorf("%w: transaction %q is prepared already", ErrDuplicate, xid)
 		}
-		// Dry run on copies, so that m.Seq stays unset until commit.
 		ops, err := decodeTx(enc)
 		if err != nil {
 			return err
@@ -177,9 +183,18 @@ func (tx *BrokerTx) Prepare(xid string) error {
 		if _, err := w.runTx(ops); err != nil {
 			return err
 		}
-		w.ops, w.own, w.dropped = nil, nil, nil
-		w.order, w.dests = nil, nil
-		w.put([]byte(brokerTxTree), []byte(xid), enc)
+		return errDryRun
+	}
+	if err := tx.b.write(true, false, dry); !errors.Is(err, errDryRun) {
+		return err
+	}
+	err := tx.b.write(true, false, func(w *bwrite) error {
+		if _, ok, err := w.get(txTree, []byte(xid)); err != nil {
+			return err
+		} else if ok {
+			return fmt.Errorf("%w: transaction %q is prepared already", ErrDuplicate, xid)
+		}
+		w.put(txTree, []byte(xid), enc)
 		return nil
 	})
 	if err == nil {
@@ -188,34 +203,32 @@ func (tx *BrokerTx) Prepare(xid string) error {
 	return err
 }
 
+var errDryRun = errors.New("broker: dry run")
+
 // Prepared returns the IDs of the prepared transactions, in order.
-func (db *DB) Prepared() ([]string, error) {
+func (b *Broker) Prepared() ([]string, error) {
 	var out []string
-	err := db.View(func(s *Snapshot) error {
-		t := s.tx.Tree([]byte(brokerTxTree))
-		if t == nil {
-			return nil
+	err := b.view(func(s snap) error {
+		it := s.s.Iter(txTree)
+		for ok := it.First(); ok; ok = it.Next() {
+			out = append(out, string(it.Key()))
 		}
-		c := t.Cursor()
-		for k, _, ok := c.First(); ok; k, _, ok = c.Next() {
-			out = append(out, string(k))
-		}
-		return c.Err()
+		return it.Err()
 	})
 	return out, err
 }
 
 // CommitPrepared commits a prepared transaction atomically, with the
-// removal of its prepared record. ErrNotFound if xid is not prepared. On
+// removal of its prepared record. kdb.ErrNotFound if xid is not prepared. On
 // return (nil) it is durable.
-func (db *DB) CommitPrepared(xid string) error {
-	return db.brokerWrite(true, func(w *bwrite) error {
-		v, ok, err := w.get([]byte(brokerTxTree), []byte(xid))
+func (b *Broker) CommitPrepared(xid string) error {
+	return b.write(true, false, func(w *bwrite) error {
+		v, ok, err := w.get(txTree, []byte(xid))
 		if err != nil {
 			return err
 		}
 		if !ok {
-			return fmt.Errorf("%w: prepared transaction %q", ErrNotFound, xid)
+			return fmt.Errorf("%w: prepared transaction %q", kdb.ErrNotFound, xid)
 		}
 		ops, err := decodeTx(v)
 		if err != nil {
@@ -224,21 +237,21 @@ func (db *DB) CommitPrepared(xid string) error {
 		if _, err := w.runTx(ops); err != nil {
 			return err
 		}
-		w.del([]byte(brokerTxTree), []byte(xid))
+		w.del(txTree, []byte(xid))
 		return nil
 	})
 }
 
-// RollbackPrepared forgets a prepared transaction. ErrNotFound if xid is
+// RollbackPrepared forgets a prepared transaction. kdb.ErrNotFound if xid is
 // not prepared. On return (nil) it is durable.
-func (db *DB) RollbackPrepared(xid string) error {
-	return db.brokerWrite(true, func(w *bwrite) error {
-		if _, ok, err := w.get([]byte(brokerTxTree), []byte(xid)); err != nil {
+func (b *Broker) RollbackPrepared(xid string) error {
+	return b.write(true, false, func(w *bwrite) error {
+		if _, ok, err := w.get(txTree, []byte(xid)); err != nil {
 			return err
 		} else if !ok {
-			return fmt.Errorf("%w: prepared transaction %q", ErrNotFound, xid)
+			return fmt.Errorf("%w: prepared transaction %q", kdb.ErrNotFound, xid)
 		}
-		w.del([]byte(brokerTxTree), []byte(xid))
+		w.del(txTree, []byte(xid))
 		return nil
 	})
 }
@@ -248,7 +261,7 @@ func (db *DB) RollbackPrepared(xid string) error {
 // (uvarint length + encodeMessage), for acks the count and the seqs
 // (uvarints). FORMAT.md §5.6.
 func encodeTx(ops []txOp) []byte {
-	b := []byte{brokerTxVersion}
+	b := []byte{txVersion}
 	b = binary.AppendUvarint(b, uint64(len(ops)))
 	for _, o := range ops {
 		b = append(b, o.kind, byte(o.dk))
@@ -271,23 +284,23 @@ func encodeTx(ops []txOp) []byte {
 // decodeTx decodes encodeTx's bytes; it never panics and allocates at most
 // a bounded multiple of len(b).
 func decodeTx(b []byte) ([]txOp, error) {
-	d := decoder{b: b}
-	if v := d.byte(); d.err == nil && v != brokerTxVersion {
-		return nil, fmt.Errorf("%w: broker transaction version %d", ErrCorrupt, v)
+	d := codec.Decoder{B: b}
+	if v := d.Byte(); d.Err == nil && v != txVersion {
+		return nil, fmt.Errorf("%w: broker transaction version %d", kdb.ErrCorrupt, v)
 	}
-	n := d.uvarint()
-	if d.err == nil && n > uint64(len(b))/4 {
-		return nil, fmt.Errorf("%w: broker transaction: %d ops in %d bytes", ErrCorrupt, n, len(b))
+	n := d.Uvarint()
+	if d.Err == nil && n > uint64(len(b))/4 {
+		return nil, fmt.Errorf("%w: broker transaction: %d ops in %d bytes", kdb.ErrCorrupt, n, len(b))
 	}
 	var ops []txOp
-	for i := uint64(0); i < n && d.err == nil; i++ {
-		o := txOp{kind: d.byte(), dk: DestKind(d.byte())}
-		o.dest = string(d.bytes(d.uvarint()))
-		o.sub = string(d.bytes(d.uvarint()))
+	for i := uint64(0); i < n && d.Err == nil; i++ {
+		o := txOp{kind: d.Byte(), dk: DestKind(d.Byte())}
+		o.dest = string(d.Bytes(d.Uvarint()))
+		o.sub = string(d.Bytes(d.Uvarint()))
 		switch o.kind {
 		case txSend:
-			raw := d.bytes(d.uvarint())
-			if d.err != nil {
+			raw := d.Bytes(d.Uvarint())
+			if d.Err != nil {
 				break
 			}
 			m, err := decodeMessage(raw)
@@ -296,25 +309,25 @@ func decodeTx(b []byte) ([]txOp, error) {
 			}
 			o.msg = &m
 		case txAck, txAckSub:
-			k := d.uvarint()
-			if d.err == nil && k > uint64(len(b)-d.off) {
-				return nil, fmt.Errorf("%w: broker transaction: %d acks", ErrCorrupt, k)
+			k := d.Uvarint()
+			if d.Err == nil && k > uint64(len(b)-d.Off) {
+				return nil, fmt.Errorf("%w: broker transaction: %d acks", kdb.ErrCorrupt, k)
 			}
-			for j := uint64(0); j < k && d.err == nil; j++ {
-				o.seqs = append(o.seqs, d.uvarint())
+			for j := uint64(0); j < k && d.Err == nil; j++ {
+				o.seqs = append(o.seqs, d.Uvarint())
 			}
 		default:
-			if d.err == nil {
-				return nil, fmt.Errorf("%w: broker transaction op kind %d", ErrCorrupt, o.kind)
+			if d.Err == nil {
+				return nil, fmt.Errorf("%w: broker transaction op kind %d", kdb.ErrCorrupt, o.kind)
 			}
 		}
 		ops = append(ops, o)
 	}
-	if d.err != nil {
-		return nil, fmt.Errorf("%w: broker transaction: %w", ErrCorrupt, d.err)
+	if d.Err != nil {
+		return nil, fmt.Errorf("%w: broker transaction: %w", kdb.ErrCorrupt, d.Err)
 	}
-	if d.off != len(b) {
-		return nil, fmt.Errorf("%w: broker transaction: %d trailing bytes", ErrCorrupt, len(b)-d.off)
+	if d.Off != len(b) {
+		return nil, fmt.Errorf("%w: broker transaction: %d trailing bytes", kdb.ErrCorrupt, len(b)-d.Off)
 	}
 	return ops, nil
 }

@@ -1,0 +1,775 @@
+package broker
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/internal/codec"
+	"math"
+	"sort"
+)
+
+// The message store of a broker (queues, topics, durable subscriptions,
+// transactions), kept in the same journal, index and checkpoints as
+// everything else: each broker operation is a batch of plain puts and
+// deletes on the "b/" trees (FORMAT.md §5.6), journaled, applied and
+// replayed like any Write. Sequence numbers, counts and sizes are computed
+// by the writer before journaling and written as absolute values, so replay
+// reproduces them exactly.
+
+// ErrDuplicate is returned by Send (and a transaction's Commit or Prepare)
+// for a message whose ID is kept in its destination already, or whose
+// producer sequence is not above its producer's last one.
+var ErrDuplicate = errors.New("broker: duplicate message")
+
+// DestKind says whether a destination is a queue or a topic.
+type DestKind uint8
+
+const (
+	// Queue: each message is consumed (acked) once, with Ack.
+	Queue DestKind = 1
+	// Topic: each message goes to every durable subscription that exists
+	// when it is sent and is kept until all of them acked it (AckSub). A
+	// message sent to a topic with no subscription is given a sequence
+	// number and forgotten at once, as in JMS.
+	Topic DestKind = 2
+)
+
+func (k DestKind) String() string {
+	switch k {
+	case Queue:
+		return "queue"
+	case Topic:
+		return "topic"
+	}
+	return fmt.Sprintf("DestKind(%d)", uint8(k))
+}
+
+// Limits of the broker API.
+const (
+	// MaxNameSize bounds destination, subscription, message, producer and
+	// transaction IDs.
+	MaxNameSize = 255
+)
+
+// Message is a broker message.
+type Message struct {
+	// ID identifies the message in its destination (1..MaxNameSize bytes).
+	// A second message with the same ID, while the first is kept, is a
+	// duplicate.
+	ID string
+	// ProducerID and ProducerSeq detect resends: a message whose
+	// ProducerSeq is not above the highest one stored for its ProducerID in
+	// the destination is a duplicate (the producer audit survives acks and
+	// restarts; it is reset by DeleteDestination). An empty ProducerID skips
+	// the check.
+	ProducerID  string
+	ProducerSeq uint64
+	Properties  map[string]string
+	Body        []byte
+	// Seq is the message's sequence number in its destination, set by the
+	// store (1, 2, 3, ...; never reused, also across Purge).
+	Seq uint64
+}
+
+// DestInfo describes a destination.
+type DestInfo struct {
+	Kind DestKind
+	Name string
+	// Count and Bytes are the messages kept and the size of their encoding;
+	// both are kept up to date on every write, no scan.
+	Count, Bytes uint64
+	// NextSeq is the sequence number the next message will get.
+	NextSeq uint64
+}
+
+// SubInfo describes a durable subscription.
+type SubInfo struct {
+	Name    string
+	Pending uint64 // messages it has not acked
+}
+
+// Broker is a broker's message store on a kdb store: its destinations,
+// messages, durable subscriptions and transactions live in namespace "b" of
+// the store (docs/FORMAT.md, broker trees), written with the engine's
+// ordered commits.
+//
+// Writers: a write runs as one ordered transaction (kdb.DB's Submit): it
+// reads the state it needs (the store, overlaid by the transactions in
+// flight and its own writes), computes its batch and queues it, then waits
+// for the fsync without holding anything, so concurrent producers share
+// fsyncs (group commit) while submission order, which is journal order and
+// apply order, is the order in which their sequence numbers were assigned.
+// Operations that scan trees or drop them (subscribe, purge, delete,
+// two-phase) run as an Update, which waits until nothing is in flight.
+//
+// A Broker is safe for concurrent use. It holds no state of its own beyond
+// the DB: several Brokers on one DB see the same store.
+type Broker struct {
+	db *kdb.DB
+	ns *kdb.Namespace
+}
+
+// Namespace is the kdb namespace the broker keeps its trees in.
+const Namespace = "b"
+
+// Open returns the message store kept in db (empty until the first write).
+// It writes nothing: a read-only DB serves the reading methods.
+func Open(db *kdb.DB) (*Broker, error) {
+	ns, err := db.Namespace(Namespace)
+	if err != nil {
+		return nil, err
+	}
+	return &Broker{db: db, ns: ns}, nil
+}
+
+// DB returns the store the broker is in.
+func (b *Broker) DB() *kdb.DB { return b.db }
+
+// bwrite is one broker write being built inside a transaction.
+type bwrite struct {
+	b     *Broker
+	tx    *kdb.Txn
+	err   error // the first write the transaction refused
+	dests map[string]*destRec
+	order []*destRec
+}
+
+type destRec struct {
+	key                        []byte
+	id, nextSeq, count, nbytes uint64
+	dirty                      bool
+}
+
+func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+
+// idTree returns the name of a destination's or subscription's tree.
+func idTree(prefix string, id uint64) string {
+	return string(binary.BigEndian.AppendUint64([]byte(prefix), id))
+}
+
+func u64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
+
+func (w *bwrite) put(tree string, key, val []byte) {
+	if err := w.tx.Put(tree, key, val); err != nil && w.err == nil {
+		w.err = err
+	}
+}
+
+func (w *bwrite) del(tree string, key []byte) {
+	if err := w.tx.Delete(tree, key); err != nil && w.err == nil {
+		w.err = err
+	}
+}
+
+func (w *bwrite) drop(tree string) {
+	if err := w.tx.DropIndex(tree); err != nil && w.err == nil {
+		w.err = err
+	}
+}
+
+// get returns key's value in tree as the write sees it: its own writes,
+// then the writes in flight, then the store.
+func (w *bwrite) get(tree string, key []byte) ([]byte, bool, error) {
+	v, err := w.tx.Get(tree, key)
+	if errors.Is(err, kdb.ErrNotFound) {
+		return nil, false, nil
+	}
+	return v, err == nil, err
+}
+
+func destKey(kind DestKind, name string) []byte {
+	return append([]byte{byte(kind)}, name...)
+}
+
+func decodeDestRec(key, v []byte) (*destRec, error) {
+	if len(v) != destRecSize {
+		return nil, fmt.Errorf("%w: broker destination %q: record of %d bytes", kdb.ErrCorrupt, key, len(v))
+	}
+	le := binary.LittleEndian
+	return &destRec{key: bytes.Clone(key), id: le.Uint64(v), nextSeq: le.Uint64(v[8:]), count: le.Uint64(v[16:]), nbytes: le.Uint64(v[24:])}, nil
+}
+
+func (d *destRec) encode() []byte {
+	v := make([]byte, 0, destRecSize)
+	for _, x := range []uint64{d.id, d.nextSeq, d.count, d.nbytes} {
+		v = binary.LittleEndian.AppendUint64(v, x)
+	}
+	return v
+}
+
+// dest returns the destination's record, creating it if create.
+func (w *bwrite) dest(kind DestKind, name string, create bool) (*destRec, error) {
+	if err := checkDest(kind, name); err != nil {
+		return nil, err
+	}
+	key := destKey(kind, name)
+	if d, ok := w.dests[string(key)]; ok {
+		return d, nil
+	}
+	v, ok, err := w.get(destsTree, key)
+	if err != nil {
+		return nil, err
+	}
+	var d *destRec
+	if ok {
+		if d, err = decodeDestRec(key, v); err != nil {
+			return nil, err
+		}
+	} else {
+		if !create {
+			return nil, fmt.Errorf("%w: %s %q", kdb.ErrNotFound, kind, name)
+		}
+		id, err := w.nextID()
+		if err != nil {
+			return nil, err
+		}
+		d = &destRec{key: key, id: id, nextSeq: 1, dirty: true}
+	}
+	if w.dests == nil {
+		w.dests = map[string]*destRec{}
+	}
+	w.dests[string(key)] = d
+	w.order = append(w.order, d)
+	return d, nil
+}
+
+func (w *bwrite) nextID() (uint64, error) {
+	ctr, key := ctrTree, []byte("ids")
+	v, ok, err := w.get(ctr, key)
+	if err != nil {
+		return 0, err
+	}
+	id := uint64(1)
+	if ok {
+		if len(v) != 8 {
+			return 0, fmt.Errorf("%w: broker id counter of %d bytes", kdb.ErrCorrupt, len(v))
+		}
+		id = binary.LittleEndian.Uint64(v)
+	}
+	w.put(ctr, key, u64(id+1))
+	return id, nil
+}
+
+// flush writes the destination records the write changed.
+func (w *bwrite) flush() {
+	for _, d := range w.order {
+		if d.dirty {
+			w.put(destsTree, d.key, d.encode())
+			d.dirty = false
+		}
+	}
+	w.order = w.order[:0]
+	clear(w.dests)
+}
+
+func checkDest(kind DestKind, name string) error {
+	if kind != Queue && kind != Topic {
+		return fmt.Errorf("%w: destination kind %d", kdb.ErrInvalid, kind)
+	}
+	return checkName("destination name", name)
+}
+
+func checkName(what, s string) error {
+	if len(s) == 0 || len(s) > MaxNameSize {
+		return fmt.Errorf("%w: %s of %d bytes (want 1..%d)", kdb.ErrInvalid, what, len(s), MaxNameSize)
+	}
+	return nil
+}
+
+// subs returns the ids of the destination's subscriptions, by name, as
+// committed (subscriptions change only in Updates, after which nothing is
+// in flight).
+func (w *bwrite) subs(d *destRec) (names []string, ids []uint64, err error) {
+	return listSubs(w.tx.Iter(subsTree), d)
+}
+
+func listSubs(it *kdb.Iter, d *destRec) (names []string, ids []uint64, err error) {
+	prefix := binary.BigEndian.AppendUint64(nil, d.id)
+	for ok := it.Seek(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+		k, v := it.Key(), it.Value()
+		if v == nil {
+			break // Err says why
+		}
+		if len(v) != 16 {
+			return nil, nil, fmt.Errorf("%w: broker subscription %q: value of %d bytes", kdb.ErrCorrupt, k, len(v))
+		}
+		names = append(names, string(k[8:]))
+		ids = append(ids, binary.LittleEndian.Uint64(v))
+	}
+	return names, ids, it.Err()
+}
+
+func (w *bwrite) sub(d *destRec, name string) (uint64, error) {
+	if err := checkName("subscription name", name); err != nil {
+		return 0, err
+	}
+	v, ok, err := w.get(subsTree, append(binary.BigEndian.AppendUint64(nil, d.id), name...))
+	if err != nil {
+		return 0, err
+	}
+	if !ok {
+		return 0, fmt.Errorf("%w: subscription %q", kdb.ErrNotFound, name)
+	}
+	if len(v) != 16 {
+		return 0, fmt.Errorf("%w: broker subscription %q: value of %d bytes", kdb.ErrCorrupt, name, len(v))
+	}
+	return binary.LittleEndian.Uint64(v), nil
+}
+
+// checkMessage checks what the caller put in m.
+func checkMessage(m *Message) error {
+	if m == nil {
+		return fmt.Errorf("%w: nil message", kdb.ErrInvalid)
+	}
+	if err := checkName("message ID", m.ID); err != nil {
+		return err
+	}
+	switch {
+	case len(m.ProducerID) > MaxNameSize:
+		return fmt.Errorf("%w: producer ID of %d bytes (max %d)", kdb.ErrInvalid, len(m.ProducerID), MaxNameSize)
+	case m.ProducerSeq == math.MaxUint64:
+		// Stored as the producer's last, it would make every later
+		// message of the producer a duplicate.
+		return fmt.Errorf("%w: producer %q sequence %d: the largest allowed is %d", kdb.ErrInvalid, m.ProducerID, m.ProducerSeq, uint64(math.MaxUint64-1))
+	}
+	return nil
+}
+
+// send adds m to the destination and returns its sequence number. It does
+// not change m: the caller sets m.Seq once the batch is committed.
+func (w *bwrite) send(kind DestKind, dest string, m *Message) (uint64, error) {
+	if err := checkMessage(m); err != nil {
+		return 0, err
+	}
+	d, err := w.dest(kind, dest, true)
+	if err != nil {
+		return 0, err
+	}
+	if m.ProducerID != "" {
+		v, ok, err := w.get(idTree(prodPrefix, d.id), []byte(m.ProducerID))
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			if len(v) != 8 {
+				return 0, fmt.Errorf("%w: broker producer %q: value of %d bytes", kdb.ErrCorrupt, m.ProducerID, len(v))
+			}
+			if last := binary.LittleEndian.Uint64(v); m.ProducerSeq <= last {
+				return 0, fmt.Errorf("%w: producer %q sequence %d (already at %d) in %s %q", ErrDuplicate, m.ProducerID, m.ProducerSeq, last, kind, dest)
+			}
+		}
+	}
+	if _, ok, err := w.get(idTree(idPrefix, d.id), []byte(m.ID)); err != nil {
+		return 0, err
+	} else if ok {
+		return 0, fmt.Errorf("%w: message ID %q in %s %q", ErrDuplicate, m.ID, kind, dest)
+	}
+	enc := encodeMessage(m)
+	if len(enc) > kdb.MaxValueSize {
+		return 0, fmt.Errorf("%w: message of %d bytes (max %d)", kdb.ErrInvalid, len(enc), kdb.MaxValueSize)
+	}
+	seq := d.nextSeq
+	d.nextSeq++
+	d.dirty = true
+	if m.ProducerID != "" {
+		w.put(idTree(prodPrefix, d.id), []byte(m.ProducerID), u64(m.ProducerSeq))
+	}
+	refs := uint32(1)
+	if kind == Topic {
+		_, ids, err := w.subs(d)
+		if err != nil {
+			return 0, err
+		}
+		if len(ids) == 0 {
+			return seq, nil // nobody to keep it for
+		}
+		refs = uint32(len(ids))
+		for _, id := range ids {
+			w.put(idTree(pendPrefix, id), seqKey(seq), []byte{})
+		}
+	}
+	w.put(idTree(msgPrefix, d.id), seqKey(seq), enc)
+	w.put(idTree(hdrPrefix, d.id), seqKey(seq), encodeHdr(refs, uint32(len(enc)), m.ID))
+	w.put(idTree(idPrefix, d.id), []byte(m.ID), u64(seq))
+	d.count++
+	d.nbytes += uint64(len(enc))
+	return seq, nil
+}
+
+func encodeHdr(refs, size uint32, id string) []byte {
+	v := binary.LittleEndian.AppendUint32(nil, refs)
+	v = binary.LittleEndian.AppendUint32(v, size)
+	return append(v, id...)
+}
+
+func decodeHdr(v []byte) (refs, size uint32, id []byte, err error) {
+	if len(v) < 9 {
+		return 0, 0, nil, fmt.Errorf("%w: broker message header of %d bytes", kdb.ErrCorrupt, len(v))
+	}
+	return binary.LittleEndian.Uint32(v), binary.LittleEndian.Uint32(v[4:]), v[8:], nil
+}
+
+// remove drops one reference to message seq; the last one removes it.
+func (w *bwrite) unrefMsg(d *destRec, seq uint64) error {
+	ht := idTree(hdrPrefix, d.id)
+	v, ok, err := w.get(ht, seqKey(seq))
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return fmt.Errorf("%w: message %d", kdb.ErrNotFound, seq)
+	}
+	refs, size, id, err := decodeHdr(v)
+	if err != nil {
+		return err
+	}
+	if refs > 1 {
+		w.put(ht, seqKey(seq), encodeHdr(refs-1, size, string(id)))
+		return nil
+	}
+	w.del(idTree(msgPrefix, d.id), seqKey(seq))
+	w.del(ht, seqKey(seq))
+	w.del(idTree(idPrefix, d.id), bytes.Clone(id))
+	if d.count == 0 || d.nbytes < uint64(size) {
+		return fmt.Errorf("%w: broker destination %q: counts below zero", kdb.ErrCorrupt, d.key)
+	}
+	d.count--
+	d.nbytes -= uint64(size)
+	d.dirty = true
+	return nil
+}
+
+func (w *bwrite) ack(kind DestKind, dest string, seqs []uint64) error {
+	if kind != Queue {
+		return fmt.Errorf("%w: Ack is for queues; topics use AckSub", kdb.ErrInvalid)
+	}
+	d, err := w.dest(kind, dest, false)
+	if err != nil {
+		return err
+	}
+	for _, s := range seqs {
+		if err := w.unrefMsg(d, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *bwrite) ackSub(topic, sub string, seqs []uint64) error {
+	d, err := w.dest(Topic, topic, false)
+	if err != nil {
+		return err
+	}
+	id, err := w.sub(d, sub)
+	if err != nil {
+		return err
+	}
+	pt := idTree(pendPrefix, id)
+	for _, s := range seqs {
+		if _, ok, err := w.get(pt, seqKey(s)); err != nil {
+			return err
+		} else if !ok {
+			return fmt.Errorf("%w: message %d pending for subscription %q", kdb.ErrNotFound, s, sub)
+		}
+		w.del(pt, seqKey(s))
+		if err := w.unrefMsg(d, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// write runs fn to build one atomic batch and commits it, durably.
+// exclusive operations (those that scan or drop trees) run as an Update,
+// after the writes in flight; the others as an ordered transaction, whose
+// fsync the next writers' transactions overlap. async: the batch is
+// applied but not waited durable (AckAsync).
+func (b *Broker) write(exclusive, async bool, fn func(w *bwrite) error) error {
+	run := func(tx *kdb.Txn) error {
+		w := &bwrite{b: b, tx: tx}
+		if err := fn(w); err != nil {
+			return err
+		}
+		w.flush()
+		if async {
+			tx.NoSync()
+		}
+		return w.err
+	}
+	if exclusive {
+		return b.ns.Update(run)
+	}
+	c, err := b.ns.Submit(run)
+	if err != nil {
+		return err
+	}
+	return c.Wait()
+}
+
+// Send appends m to the named destination (created on demand) and returns
+// its sequence number, also stored in m.Seq. A message whose ID is kept in
+// the destination already, or whose producer sequence is not above the
+// producer's last one, is rejected with ErrDuplicate. On return (nil) the
+// message is durable. Concurrent Sends share fsyncs.
+//
+// Bad input (a nil message, an empty or oversized ID, a ProducerSeq of
+// math.MaxUint64, an unknown kind) is kdb.ErrInvalid. If
+// the call fails, m is left as it was: m.Seq is set only on success.
+func (b *Broker) Send(kind DestKind, dest string, m *Message) (uint64, error) {
+	var seq uint64
+	err := b.write(false, false, func(w *bwrite) error {
+		var err error
+		seq, err = w.send(kind, dest, m)
+		return err
+	})
+	if err != nil {
+		return 0, err
+	}
+	m.Seq = seq
+	return seq, nil
+}
+
+// Ack removes the given messages of a queue. An unknown sequence number
+// fails the whole call with kdb.ErrNotFound. On return (nil) it is durable.
+func (b *Broker) Ack(kind DestKind, dest string, seqs ...uint64) error {
+	return b.write(false, false, func(w *bwrite) error { return w.ack(kind, dest, seqs) })
+}
+
+// AckAsync removes the given messages of a queue, as Ack, but does not wait
+// for them to be durable: the ack is journaled and applied (readers no
+// longer see the messages) before it returns, and made durable by the next
+// synced write (a Send, an Ack, any Write) or within Options.SyncInterval,
+// whichever comes first. A crash before then loses the ack, not the
+// message: it is delivered again (at-least-once), never acked twice, and
+// every message sent and acknowledged is still there. Concurrent Sends
+// carry AckAsync's records in their fsync, so a producer that sends and
+// acks in a loop pays about one fsync per pair. Under Options.Sync other
+// than SyncAlways it is Ack.
+func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
+	err := b.write(false, true, func(w *bwrite) error { return w.ack(kind, dest, seqs) })
+	return err
+}
+
+// AckSub acknowledges messages for one durable subscription of a topic; a
+// message is removed once every subscription acked it. On return (nil) it
+// is durable.
+func (b *Broker) AckSub(topic, sub string, seqs ...uint64) error {
+	return b.write(false, false, func(w *bwrite) error { return w.ackSub(topic, sub, seqs) })
+}
+
+// CreateDestination creates a destination if it does not exist. Send
+// creates destinations on demand too.
+func (b *Broker) CreateDestination(kind DestKind, dest string) error {
+	return b.write(false, false, func(w *bwrite) error {
+		_, err := w.dest(kind, dest, true)
+		return err
+	})
+}
+
+// Subscribe creates a durable subscription on a topic (created on demand);
+// it receives the messages sent from now on. Subscribing again is a no-op.
+// On return (nil) it is durable.
+func (b *Broker) Subscribe(topic, sub string) error {
+	return b.write(true, false, func(w *bwrite) error {
+		d, err := w.dest(Topic, topic, true)
+		if err != nil {
+			return err
+		}
+		if _, err := w.sub(d, sub); err == nil {
+			return nil
+		} else if !isNotFound(err) {
+			return err
+		}
+		id, err := w.nextID()
+		if err != nil {
+			return err
+		}
+		v := binary.LittleEndian.AppendUint64(u64(id), d.nextSeq)
+		w.put(subsTree, append(binary.BigEndian.AppendUint64(nil, d.id), sub...), v)
+		return nil
+	})
+}
+
+// Unsubscribe deletes a durable subscription, acking everything pending for
+// it. A subscription with many messages pending is acked in several
+// batches (a few thousand messages each, fewer with small segments); a
+// crash in between leaves it with fewer messages pending, as if its
+// subscriber had acked them. On return (nil) it is deleted, durably.
+func (b *Broker) Unsubscribe(topic, sub string) error {
+	chunk := max(1, b.db.MaxBatchSize()/512)
+	for more := true; more; {
+		more = false
+		err := b.write(true, false, func(w *bwrite) error {
+			d, err := w.dest(Topic, topic, false)
+			if err != nil {
+				return err
+			}
+			id, err := w.sub(d, sub)
+			if err != nil {
+				return err
+			}
+			pt := idTree(pendPrefix, id)
+			if ok, err := w.tx.Exists(pt); err != nil {
+				return err
+			} else if ok {
+				c := w.tx.Iter(pt)
+				n := 0
+				for ok := c.First(); ok; ok = c.Next() {
+					k := c.Key()
+					if len(k) != 8 {
+						return fmt.Errorf("%w: broker pending key of %d bytes", kdb.ErrCorrupt, len(k))
+					}
+					if n == chunk {
+						more = true
+						return nil
+					}
+					n++
+					w.del(pt, bytes.Clone(k))
+					if err := w.unrefMsg(d, binary.BigEndian.Uint64(k)); err != nil {
+						return err
+					}
+				}
+				if err := c.Err(); err != nil {
+					return err
+				}
+				w.drop(pt)
+			}
+			w.del(subsTree, append(binary.BigEndian.AppendUint64(nil, d.id), sub...))
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func isNotFound(err error) bool { return err != nil && errors.Is(err, kdb.ErrNotFound) }
+
+// Purge removes every message of a destination (and everything pending for
+// its subscriptions); their space comes back. Sequence numbers, the
+// producer audit and the subscriptions stay. On return (nil) it is durable.
+func (b *Broker) Purge(kind DestKind, dest string) error {
+	return b.write(true, false, func(w *bwrite) error {
+		d, err := w.dest(kind, dest, false)
+		if err != nil {
+			return err
+		}
+		if kind == Topic {
+			_, ids, err := w.subs(d)
+			if err != nil {
+				return err
+			}
+			for _, id := range ids {
+				w.dropIfExists(idTree(pendPrefix, id))
+			}
+		}
+		for _, p := range []string{msgPrefix, hdrPrefix, idPrefix} {
+			w.dropIfExists(idTree(p, d.id))
+		}
+		d.count, d.nbytes, d.dirty = 0, 0, true
+		return nil
+	})
+}
+
+func (w *bwrite) dropIfExists(tree string) {
+	ok, err := w.tx.Exists(tree)
+	if err != nil && w.err == nil {
+		w.err = err
+	}
+	if ok {
+		w.drop(tree)
+	}
+}
+
+// DeleteDestination removes a destination, its messages, subscriptions and
+// producer audit; its space comes back. On return (nil) it is durable.
+func (b *Broker) DeleteDestination(kind DestKind, dest string) error {
+	return b.write(true, false, func(w *bwrite) error {
+		d, err := w.dest(kind, dest, false)
+		if err != nil {
+			return err
+		}
+		names, ids, err := w.subs(d)
+		if err != nil {
+			return err
+		}
+		for i, id := range ids {
+			w.dropIfExists(idTree(pendPrefix, id))
+			w.del(subsTree, append(binary.BigEndian.AppendUint64(nil, d.id), names[i]...))
+		}
+		for _, p := range []string{msgPrefix, hdrPrefix, idPrefix, prodPrefix} {
+			w.dropIfExists(idTree(p, d.id))
+		}
+		w.del(destsTree, d.key)
+		delete(w.dests, string(d.key))
+		for i, o := range w.order {
+			if o == d {
+				w.order = append(w.order[:i], w.order[i+1:]...)
+				break
+			}
+		}
+		return nil
+	})
+}
+
+// encodeMessage: version u8, ID, producer ID (uvarint length + bytes each),
+// producer seq uvarint, property count uvarint, properties (key, value) in
+// key order, then the body to the end. FORMAT.md §5.6.
+func encodeMessage(m *Message) []byte {
+	n := 16 + len(m.ID) + len(m.ProducerID) + len(m.Body)
+	keys := make([]string, 0, len(m.Properties))
+	for k, v := range m.Properties {
+		keys = append(keys, k)
+		n += len(k) + len(v) + 4
+	}
+	sort.Strings(keys)
+	b := make([]byte, 0, n)
+	b = append(b, msgVersion)
+	b = appendStr(b, m.ID)
+	b = appendStr(b, m.ProducerID)
+	b = binary.AppendUvarint(b, m.ProducerSeq)
+	b = binary.AppendUvarint(b, uint64(len(keys)))
+	for _, k := range keys {
+		b = appendStr(appendStr(b, k), m.Properties[k])
+	}
+	return append(b, m.Body...)
+}
+
+func appendStr(b []byte, s string) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(s))), s...)
+}
+
+// decodeMessage decodes encodeMessage's bytes; it never panics.
+func decodeMessage(b []byte) (Message, error) {
+	d := codec.Decoder{B: b}
+	var m Message
+	if v := d.Byte(); d.Err == nil && v != msgVersion {
+		return m, fmt.Errorf("%w: broker message version %d", kdb.ErrCorrupt, v)
+	}
+	m.ID = string(d.Bytes(d.Uvarint()))
+	m.ProducerID = string(d.Bytes(d.Uvarint()))
+	m.ProducerSeq = d.Uvarint()
+	n := d.Uvarint()
+	if d.Err == nil && n > uint64(len(b))/2 {
+		return m, fmt.Errorf("%w: broker message: %d properties in %d bytes", kdb.ErrCorrupt, n, len(b))
+	}
+	if n > 0 {
+		m.Properties = make(map[string]string, n)
+	}
+	for i := uint64(0); i < n && d.Err == nil; i++ {
+		k := string(d.Bytes(d.Uvarint()))
+		m.Properties[k] = string(d.Bytes(d.Uvarint()))
+	}
+	if d.Err != nil {
+		return m, fmt.Errorf("%w: broker message: %w", kdb.ErrCorrupt, d.Err)
+	}
+	m.Body = bytes.Clone(b[d.Off:])
+	if m.Body == nil {
+		m.Body = []byte{}
+	}
+	return m, nil
+}

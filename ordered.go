@@ -1,0 +1,339 @@
+package kdb
+
+import (
+	"fmt"
+	"sync"
+)
+
+// Ordered commits and the writes in flight (docs/DESIGN.md "Ordered
+// commits").
+//
+// A batch is in flight from the moment it is queued for the journal until
+// it is applied to the index. A transaction that commits in order (Submit)
+// must see the batches in flight before it, or a producer's second message
+// would get the sequence number of its first: so every batch queued
+// registers the last value it gives each key in the in-flight overlay, and a
+// Txn reads its own writes, then the overlay, then its snapshot. Submissions
+// are serialized by txMu, so the order in which transactions read is the
+// order they are queued in, which is journal order and apply order.
+//
+// Invariants:
+//   - keys holds, for each key written by a batch in flight (or applied
+//     since the last cleanup), the value the last such batch gave it, with
+//     that batch's gen; drops holds the gen of the last such batch that
+//     dropped each tree. keys and drops are read and written only under
+//     txMu.
+//   - An entry is removed (cleanup, under txMu) only after its batch is
+//     applied, and before the next Txn takes its snapshot: an entry is
+//     either in the overlay or in every snapshot taken after its removal.
+//   - n counts the batches queued and not yet applied or failed; Update
+//     and Close wait for it to reach 0 (drain).
+type inflight struct {
+	keys  map[string]ovEntry
+	drops map[string]uint64
+	gen   uint64
+
+	mu      sync.Mutex
+	cond    *sync.Cond
+	n       int
+	applied []*commitReq // applied or failed, entries not yet removed
+}
+
+type ovEntry struct {
+	gen uint64
+	val []byte
+	del bool
+}
+
+// ovKey is the overlay's and a Txn's key for (tree, key).
+func ovKey(tree, key []byte) string {
+	b := make([]byte, 0, 1+len(tree)+len(key))
+	b = append(append(append(b, byte(len(tree))), tree...), key...)
+	return string(b)
+}
+
+// register records req's writes in the overlay. The caller holds txMu and
+// queues req right after: nothing may fail in between.
+func (db *DB) register(req *commitReq) {
+	f := &db.fl
+	db.cleanup()
+	f.gen++
+	req.gen = f.gen
+	for i := range req.ops {
+		o := &req.ops[i]
+		switch o.kind {
+		case opDropTree:
+			if f.drops == nil {
+				f.drops = map[string]uint64{}
+			}
+			f.drops[string(o.tree)] = req.gen
+			req.ovDrops = append(req.ovDrops, string(o.tree))
+		case opDelete, opPut, opPutJournal:
+			if f.keys == nil {
+				f.keys = map[string]ovEntry{}
+			}
+			k := ovKey(o.tree, o.key)
+			f.keys[k] = ovEntry{gen: req.gen, val: o.value, del: o.kind == opDelete}
+			req.ovKeys = append(req.ovKeys, k)
+		}
+	}
+	f.mu.Lock()
+	f.n++
+	f.mu.Unlock()
+}
+
+// cleanup removes the overlay entries of the batches applied since the
+// last cleanup (unless a later batch replaced them). The caller holds txMu.
+func (db *DB) cleanup() {
+	f := &db.fl
+	f.mu.Lock()
+	done := f.applied
+	f.applied = nil
+	f.mu.Unlock()
+	for _, r := range done {
+		for _, k := range r.ovKeys {
+			if e, ok := f.keys[k]; ok && e.gen == r.gen {
+				delete(f.keys, k)
+			}
+		}
+		for _, t := range r.ovDrops {
+			if f.drops[t] == r.gen {
+				delete(f.drops, t)
+			}
+		}
+	}
+}
+
+// settled marks the batches of group applied (or failed): their overlay
+// entries go at the next cleanup.
+func (db *DB) settled(group []*commitReq) {
+	f := &db.fl
+	f.mu.Lock()
+	f.applied = append(f.applied, group...)
+	f.n -= len(group)
+	if f.n == 0 && f.cond != nil {
+		f.cond.Broadcast()
+	}
+	f.mu.Unlock()
+}
+
+// drain waits until no batch is in flight.
+func (db *DB) drain() {
+	f := &db.fl
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cond == nil {
+		f.cond = sync.NewCond(&f.mu)
+	}
+	for f.n > 0 {
+		f.cond.Wait()
+	}
+}
+
+// lookup returns what the overlay says of key in tree: found is false when
+// it says nothing (read the snapshot). The caller holds txMu.
+func (db *DB) lookup(tree, key []byte) (val []byte, ok, found bool) {
+	f := &db.fl
+	d := f.drops[string(tree)]
+	if e, hit := f.keys[ovKey(tree, key)]; hit && e.gen > d {
+		return e.val, !e.del, true
+	}
+	if d > 0 {
+		return nil, false, true
+	}
+	return nil, false, false
+}
+
+// lockTx takes txMu, or returns ErrInvalid if the caller runs the function
+// of a Submit or an Update (it would wait for itself).
+func (db *DB) lockTx(call string) error {
+	if db.txMu.TryLock() {
+		return nil
+	}
+	if err := db.nested(call); err != nil {
+		return err
+	}
+	db.txMu.Lock()
+	return nil
+}
+
+// Commit is a transaction submitted by Submit: queued for the journal in
+// submission order, and not yet known durable.
+//
+// Every Commit must be waited for (Wait, from any goroutine): the commit
+// leader of a group is the goroutine that waits for its first batch, so a
+// Commit nobody waits for holds up the commits queued after it, and Close.
+type Commit struct {
+	db   *DB
+	req  *commitReq
+	once sync.Once
+	err  error
+}
+
+// Wait waits until the commit is applied (readers see it) and durable
+// under the sync mode, and returns its outcome; a transaction marked
+// NoSync is waited for until applied only. Wait may be called more than
+// once and from several goroutines; all get the same outcome.
+func (c *Commit) Wait() error {
+	c.once.Do(func() {
+		c.err = c.db.wait(c.req)
+		if c.err != nil && c.db.Err() == nil {
+			// Transactions submitted after this one read its writes.
+			c.err = c.db.fail(fmt.Errorf("ordered commit not applied: %w", c.err))
+		}
+		if c.err == nil {
+			c.db.maybeCompact()
+		}
+	})
+	return c.err
+}
+
+// Submit runs fn as a transaction that commits in order, without waiting
+// for its fsync: fn's reads see every write acknowledged or submitted before
+// it (applied or still in flight) plus its own; transactions submitted
+// concurrently run fn one at a time, and commit in that order. When fn
+// returns nil, its writes are queued for the journal and Submit returns:
+// the caller then calls Commit.Wait, after releasing whatever fn's caller
+// must not hold across an fsync, so that the next transaction is built and
+// written while this one's fsync runs (a message broker's concurrent
+// producers share fsyncs that way). If fn returns an error, nothing is
+// written and that error is returned. A transaction with no writes returns
+// a Commit whose Wait returns nil at once.
+//
+// Txn.Iter inside fn sees the committed state, not the writes in flight nor
+// fn's own: use Update for transactions that must scan everything.
+// Writes from inside fn to the DB itself (Write, Put, Update, Submit) return
+// ErrInvalid: use the Txn.
+func (db *DB) Submit(fn func(tx *Txn) error) (*Commit, error) {
+	return db.submitTxn(userTreePrefix, fn)
+}
+
+func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) {
+	if err := db.rlockWrite("Submit"); err != nil {
+		return nil, err
+	}
+	defer db.writeMu.RUnlock()
+	if err := db.lockTx("Submit"); err != nil {
+		return nil, err
+	}
+	defer db.txMu.Unlock()
+	db.updater.Store(goid())
+	defer db.updater.Store(0)
+	db.mu.Lock()
+	err := db.writableLocked()
+	db.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	db.cleanup()
+	tx := &Txn{db: db, prefix: prefix, ordered: true}
+	if err := db.runTxn(tx, fn); err != nil {
+		return nil, err
+	}
+	c := &Commit{db: db}
+	if len(tx.b.ops) == 0 {
+		c.once.Do(func() {})
+		return c, nil
+	}
+	req, err := db.submit(tx.b.ops, tx.noSync)
+	if err != nil {
+		return nil, err
+	}
+	c.req = req
+	return c, nil
+}
+
+// runTxn runs fn with tx over a fresh snapshot.
+func (db *DB) runTxn(tx *Txn, fn func(tx *Txn) error) error {
+	err := db.View(func(s *Snapshot) error {
+		s.prefix = tx.prefix
+		tx.s = s
+		defer func() { tx.s = nil }()
+		return fn(tx)
+	})
+	if err != nil {
+		return err
+	}
+	return tx.b.err
+}
+
+// Namespace is a set of indexes kept apart from the user indexes of the
+// DB's own methods, for a layer built on the engine (the broker package
+// keeps its message store in namespace "b"). Index "x" of namespace "n" is
+// tree "n/x" on disk, as user index "x" is tree "u/x" (docs/FORMAT.md, tree
+// names). Everything else (journal, checkpoints, recovery, Check, Export)
+// treats a namespace's indexes as it treats user indexes.
+type Namespace struct {
+	db     *DB
+	name   string
+	prefix string
+}
+
+// MaxNamespaceSize bounds a namespace's name.
+const MaxNamespaceSize = 8
+
+// Namespace returns the namespace called name: 1..MaxNamespaceSize bytes of
+// a-z and 0-9, not "u" (the user indexes) or "k" (the engine's own trees).
+// Index names in namespace n are at most MaxIndexNameSize-len(n)+1 bytes.
+func (db *DB) Namespace(name string) (*Namespace, error) {
+	if !validNamespace(name) {
+		return nil, fmt.Errorf("%w: namespace %q: want 1..%d bytes of a-z and 0-9, not u or k", ErrInvalid, name, MaxNamespaceSize)
+	}
+	return &Namespace{db: db, name: name, prefix: name + "/"}, nil
+}
+
+func validNamespace(name string) bool {
+	if len(name) == 0 || len(name) > MaxNamespaceSize || name == "u" || name == "k" {
+		return false
+	}
+	for _, c := range []byte(name) {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// Name returns the namespace's name.
+func (n *Namespace) Name() string { return n.name }
+
+// DB returns the store the namespace is in.
+func (n *Namespace) DB() *DB { return n.db }
+
+// NewBatch returns an empty batch whose index names are the namespace's;
+// commit it with DB.Write.
+func (n *Namespace) NewBatch() *Batch { return &Batch{prefix: n.prefix} }
+
+// Get is DB.Get in the namespace.
+func (n *Namespace) Get(index string, key []byte) ([]byte, error) {
+	var v []byte
+	err := n.View(func(s *Snapshot) error {
+		var err error
+		v, err = s.Get(index, key)
+		return err
+	})
+	return v, err
+}
+
+// View is DB.View in the namespace: the snapshot's index names are the
+// namespace's.
+func (n *Namespace) View(fn func(s *Snapshot) error) error {
+	return n.db.view(n.prefix, fn)
+}
+
+// Update is DB.Update in the namespace.
+func (n *Namespace) Update(fn func(tx *Txn) error) error {
+	return n.db.update(n.prefix, fn)
+}
+
+// Submit is DB.Submit in the namespace.
+func (n *Namespace) Submit(fn func(tx *Txn) error) (*Commit, error) {
+	return n.db.submitTxn(n.prefix, fn)
+}
+
+// MaxBatchSize returns the largest encoded batch record: a Write or a
+// transaction whose operations (keys, and values up to
+// Options.ValueThreshold, with a few bytes each) take more is ErrInvalid, to
+// be split. Values kept in the journal count apart, each up to the same
+// size.
+func (db *DB) MaxBatchSize() int { return db.maxRecord }
