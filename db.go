@@ -26,12 +26,10 @@ import (
 // waiting as one journal batch, waits for its fdatasync, hands the lead on,
 // applies them to the index in journal order in one index Update, and only
 // then answers the writers. Readers see a change only once
-// it is durable (AckAsync's acks excepted: see there).
+// it is durable (NoSync transactions excepted: see Txn.NoSync).
 //
-// Lock order: writeMu → txMu → the commit queue's locks (cq) → fl.mu →
-// DB.mu → (journal, index and page file locks); views.mu (the View
-// registry, lifecycle.go) is a leaf. No DB lock is held across an fsync except writeMu, which a
-// writer holds while it waits for its own commit.
+// Lock order and concurrency rules: see the package documentation
+// (doc.go).
 //
 // Invariants:
 //   - applied is the location of the last journal record applied to the
