@@ -419,7 +419,9 @@ func (db *DB) Close() error {
 	if err := db.lockWrite("Close"); err != nil {
 		return err
 	}
-	db.drain() // the Commits submitted are waited for by their callers
+	if !db.drainUntil(deadline) {
+		db.opts.Logger.Warn("kdb: Close: Commits submitted but never waited for are abandoned", "wait", db.opts.CloseWait)
+	}
 	db.mu.Lock()
 	if db.mu.closed {
 		db.mu.Unlock()

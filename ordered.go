@@ -1,8 +1,10 @@
 package kdb
 
 import (
+	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // Ordered commits and the writes in flight (docs/DESIGN.md "Ordered
@@ -118,16 +120,32 @@ func (db *DB) settled(group []*commitReq) {
 }
 
 // drain waits until no batch is in flight.
-func (db *DB) drain() {
+func (db *DB) drain() { db.drainUntil(time.Time{}) }
+
+// drainUntil waits until no batch is in flight, or until deadline (if not
+// zero), and reports whether none is.
+func (db *DB) drainUntil(deadline time.Time) bool {
 	f := &db.fl
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.cond == nil {
 		f.cond = sync.NewCond(&f.mu)
 	}
+	if !deadline.IsZero() && f.n > 0 {
+		t := time.AfterFunc(time.Until(deadline), func() {
+			f.mu.Lock()
+			f.cond.Broadcast()
+			f.mu.Unlock()
+		})
+		defer t.Stop()
+	}
 	for f.n > 0 {
+		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			return false
+		}
 		f.cond.Wait()
 	}
+	return true
 }
 
 // lookup returns what the overlay says of key in tree: found is false when
@@ -162,7 +180,10 @@ func (db *DB) lockTx(call string) error {
 //
 // Every Commit must be waited for (Wait, from any goroutine): the commit
 // leader of a group is the goroutine that waits for its first batch, so a
-// Commit nobody waits for holds up the commits queued after it, and Close.
+// Commit nobody waits for holds up the commits queued after it. Close waits
+// for the Commits in flight up to Options.CloseWait; one still not waited
+// for then is abandoned (never acknowledged, so nothing acknowledged is
+// lost) and its Wait returns ErrClosed.
 type Commit struct {
 	db   *DB
 	req  *commitReq
@@ -177,7 +198,7 @@ type Commit struct {
 func (c *Commit) Wait() error {
 	c.once.Do(func() {
 		c.err = c.db.wait(c.req)
-		if c.err != nil && c.db.Err() == nil {
+		if c.err != nil && c.db.Err() == nil && !errors.Is(c.err, ErrClosed) {
 			// Transactions submitted after this one read its writes.
 			c.err = c.db.fail(fmt.Errorf("ordered commit not applied: %w", c.err))
 		}

@@ -1,0 +1,356 @@
+package kdb_test
+
+import (
+	"encoding/binary"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/vfs"
+)
+
+func openMem(t *testing.T) *kdb.DB {
+	t.Helper()
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem(), CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func getU64(t *testing.T, tx *kdb.Txn, index, key string) uint64 {
+	t.Helper()
+	v, err := tx.Get(index, []byte(key))
+	if errors.Is(err, kdb.ErrNotFound) {
+		return 0
+	}
+	if err != nil || len(v) != 8 {
+		t.Errorf("get %s/%s: %x %v", index, key, v, err)
+		return 0
+	}
+	return binary.LittleEndian.Uint64(v)
+}
+
+// Concurrent Submits that each read a counter and write it plus one: the
+// counter ends at the number of transactions only if each reads the
+// writes queued before it (in flight, not yet applied).
+func TestSubmit_ReadsTheWritesInFlight(t *testing.T) {
+	db := openMem(t)
+	const writers, each = 16, 40
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < each; i++ {
+				c, err := db.Submit(func(tx *kdb.Txn) error {
+					n := getU64(t, tx, "ctr", "n")
+					return tx.Put("ctr", []byte("n"), binary.LittleEndian.AppendUint64(nil, n+1))
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if err := c.Wait(); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	v, err := db.Get("ctr", []byte("n"))
+	if err != nil || binary.LittleEndian.Uint64(v) != writers*each {
+		t.Fatalf("counter %x (%v), want %d", v, err, writers*each)
+	}
+}
+
+// Commits nobody waited for yet are queued, not applied: what later
+// transactions read of them comes from the overlay alone.
+func TestSubmit_OverlayPutsDeletesAndDrops(t *testing.T) {
+	db := openMem(t)
+	if err := db.Put("a", []byte("old"), []byte("1")); err != nil {
+		t.Fatal(err)
+	}
+	var cs []*kdb.Commit
+	submit := func(fn func(tx *kdb.Txn) error) {
+		t.Helper()
+		c, err := db.Submit(fn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	submit(func(tx *kdb.Txn) error { return tx.Put("a", []byte("k"), []byte("v1")) })
+	submit(func(tx *kdb.Txn) error {
+		if v, err := tx.Get("a", []byte("k")); err != nil || string(v) != "v1" {
+			t.Errorf("in flight put: %q %v", v, err)
+		}
+		if _, err := db.Get("a", []byte("k")); !errors.Is(err, kdb.ErrNotFound) {
+			t.Errorf("readers see a commit before it is applied: %v", err)
+		}
+		return tx.Delete("a", []byte("k"))
+	})
+	submit(func(tx *kdb.Txn) error {
+		if _, err := tx.Get("a", []byte("k")); !errors.Is(err, kdb.ErrNotFound) {
+			t.Errorf("in flight delete: %v", err)
+		}
+		return tx.DropIndex("a")
+	})
+	submit(func(tx *kdb.Txn) error {
+		if _, err := tx.Get("a", []byte("old")); !errors.Is(err, kdb.ErrNotFound) {
+			t.Errorf("in flight drop: key of the dropped index still read: %v", err)
+		}
+		return tx.Put("a", []byte("new"), []byte("2"))
+	})
+	submit(func(tx *kdb.Txn) error {
+		if v, err := tx.Get("a", []byte("new")); err != nil || string(v) != "2" {
+			t.Errorf("put after an in-flight drop: %q %v", v, err)
+		}
+		if _, err := tx.Get("a", []byte("old")); !errors.Is(err, kdb.ErrNotFound) {
+			t.Errorf("old key after drop and put: %v", err)
+		}
+		return nil
+	})
+	for _, c := range cs {
+		if err := c.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := db.View(func(s *kdb.Snapshot) error {
+		n, err := s.Len("a")
+		if err != nil || n != 1 {
+			t.Errorf("index a holds %d keys (%v), want 1", n, err)
+		}
+		v, err := s.Get("a", []byte("new"))
+		if err != nil || string(v) != "2" {
+			t.Errorf("new: %q %v", v, err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestTxn_OwnWrites(t *testing.T) {
+	db := openMem(t)
+	if err := db.Put("i", []byte("x"), []byte("committed")); err != nil {
+		t.Fatal(err)
+	}
+	err := db.Update(func(tx *kdb.Txn) error {
+		must := func(err error) {
+			t.Helper()
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		must(tx.Put("i", []byte("y"), []byte("mine")))
+		if v, err := tx.Get("i", []byte("y")); err != nil || string(v) != "mine" {
+			t.Errorf("own put: %q %v", v, err)
+		}
+		must(tx.Delete("i", []byte("x")))
+		if _, err := tx.Get("i", []byte("x")); !errors.Is(err, kdb.ErrNotFound) {
+			t.Errorf("own delete: %v", err)
+		}
+		must(tx.DropIndex("i"))
+		if _, err := tx.Get("i", []byte("y")); !errors.Is(err, kdb.ErrNotFound) {
+			t.Errorf("own drop: %v", err)
+		}
+		must(tx.Put("i", []byte("z"), []byte("after")))
+		if v, err := tx.Get("i", []byte("z")); err != nil || string(v) != "after" {
+			t.Errorf("put after own drop: %q %v", v, err)
+		}
+		// Iter sees the committed state only.
+		it := tx.Iter("i")
+		n := 0
+		for ok := it.First(); ok; ok = it.Next() {
+			n++
+		}
+		if n != 1 || it.Err() != nil {
+			t.Errorf("Iter in the Update saw %d keys (%v), want the 1 committed", n, it.Err())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := db.Get("i", []byte("z")); err != nil || string(v) != "after" {
+		t.Fatalf("z: %q %v", v, err)
+	}
+	for _, k := range []string{"x", "y"} {
+		if _, err := db.Get("i", []byte(k)); !errors.Is(err, kdb.ErrNotFound) {
+			t.Fatalf("%s survived the drop: %v", k, err)
+		}
+	}
+}
+
+// Update runs after the transactions in flight are applied: its iterator
+// sees a Submit's write that was still waiting for its leader.
+func TestUpdate_WaitsForCommitsInFlight(t *testing.T) {
+	db := openMem(t)
+	c, err := db.Submit(func(tx *kdb.Txn) error { return tx.Put("q", []byte("k"), []byte("v")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		c.Wait()
+	}()
+	err = db.Update(func(tx *kdb.Txn) error {
+		it := tx.Iter("q")
+		if !it.First() || string(it.Key()) != "k" {
+			t.Errorf("Update's iterator misses the commit submitted before it (%v)", it.Err())
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSubmit_NestedAndFailed(t *testing.T) {
+	db := openMem(t)
+	_, err := db.Submit(func(tx *kdb.Txn) error {
+		for name, err := range map[string]error{
+			"Put":    db.Put("i", []byte("k"), []byte("v")),
+			"Update": db.Update(func(*kdb.Txn) error { return nil }),
+			"Submit": func() error { _, err := db.Submit(func(*kdb.Txn) error { return nil }); return err }(),
+		} {
+			if !errors.Is(err, kdb.ErrInvalid) {
+				t.Errorf("%s inside Submit: %v, want ErrInvalid", name, err)
+			}
+		}
+		return errors.New("abandon")
+	})
+	if err == nil || err.Error() != "abandon" {
+		t.Fatalf("Submit returned %v, want fn's error", err)
+	}
+	// A transaction refused (too large) registers nothing.
+	big := make([]byte, db.MaxBatchSize())
+	_, err = db.Submit(func(tx *kdb.Txn) error {
+		for i := 0; i < 3; i++ {
+			if err := tx.Put("i", []byte{byte(i)}, big[:400]); err != nil {
+				return err
+			}
+		}
+		for i := 0; i < db.MaxBatchSize()/150; i++ {
+			if err := tx.Put("i", binary.BigEndian.AppendUint32(nil, uint32(i)), big[:200]); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if !errors.Is(err, kdb.ErrInvalid) {
+		t.Fatalf("oversized transaction: %v, want ErrInvalid", err)
+	}
+	c, err := db.Submit(func(tx *kdb.Txn) error {
+		if _, err := tx.Get("i", []byte{0}); !errors.Is(err, kdb.ErrNotFound) {
+			t.Errorf("a refused transaction's write is visible: %v", err)
+		}
+		return nil
+	})
+	if err != nil || c.Wait() != nil {
+		t.Fatal(err)
+	}
+	if db.Err() != nil {
+		t.Fatalf("handle failed: %v", db.Err())
+	}
+}
+
+func TestNamespace(t *testing.T) {
+	db := openMem(t)
+	for _, bad := range []string{"", "u", "k", "B", "a/b", "toolongns"} {
+		if _, err := db.Namespace(bad); !errors.Is(err, kdb.ErrInvalid) {
+			t.Errorf("namespace %q: %v, want ErrInvalid", bad, err)
+		}
+	}
+	ns, err := db.Namespace("raft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := ns.NewBatch()
+	b.Put("log", []byte("k"), []byte("ns"))
+	if err := db.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Put("log", []byte("k"), []byte("user")); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := ns.Get("log", []byte("k")); err != nil || string(v) != "ns" {
+		t.Fatalf("namespace read: %q %v", v, err)
+	}
+	if v, err := db.Get("log", []byte("k")); err != nil || string(v) != "user" {
+		t.Fatalf("user read: %q %v", v, err)
+	}
+	c, err := ns.Submit(func(tx *kdb.Txn) error {
+		v, err := tx.Get("log", []byte("k"))
+		if err != nil || string(v) != "ns" {
+			t.Errorf("namespace txn read: %q %v", v, err)
+		}
+		return tx.Put("log", []byte("k2"), []byte("v2"))
+	})
+	if err != nil || c.Wait() != nil {
+		t.Fatal(err)
+	}
+	err = db.View(func(s *kdb.Snapshot) error {
+		names, err := s.Indexes()
+		if err != nil || len(names) != 1 || names[0] != "log" {
+			t.Errorf("user indexes: %q %v", names, err)
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := make([]byte, kdb.MaxIndexNameSize)
+	for i := range long {
+		long[i] = 'x'
+	}
+	b = ns.NewBatch()
+	b.Put(string(long), []byte("k"), nil)
+	if !errors.Is(b.Err(), kdb.ErrInvalid) {
+		t.Fatalf("index name of %d bytes in a 4-byte namespace: %v, want ErrInvalid", len(long), b.Err())
+	}
+	if _, err := db.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A Commit never waited for does not hang Close forever: after CloseWait
+// it is abandoned (it was never acknowledged), and its Wait says so.
+func TestClose_AbandonsCommitsNeverWaited(t *testing.T) {
+	mem := vfs.NewMem()
+	db, err := kdb.Open("/db", &kdb.Options{FS: mem, CloseWait: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := db.Submit(func(tx *kdb.Txn) error { return tx.Put("i", []byte("k"), []byte("v")) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+	if err := c.Wait(); !errors.Is(err, kdb.ErrClosed) {
+		t.Fatalf("Wait after Close: %v, want ErrClosed", err)
+	}
+	db, err = kdb.Open("/db", &kdb.Options{FS: mem})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Get("i", []byte("k")); !errors.Is(err, kdb.ErrNotFound) {
+		t.Fatalf("abandoned commit: %v", err)
+	}
+}
