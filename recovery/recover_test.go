@@ -1,4 +1,4 @@
-package recovery_test
+package recovery
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 	"github.com/kdb-project/kdb/internal/kdbtest"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
-	"github.com/kdb-project/kdb/recovery"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -24,14 +23,14 @@ const recPut journal.RecordType = 1
 
 var tree = []byte("t")
 
-// store is a store opened by recovery.Run with that meaning, written the
+// store is a store opened by Run with that meaning, written the
 // way the root writes: a record is made durable in the journal, then
 // applied to the index, and a checkpoint records the last record applied
 // as its replay position.
 type store struct {
 	t       *testing.T
-	st      *recovery.State
-	rep     *recovery.Report
+	st      *State
+	rep     *Report
 	applied journal.Location
 
 	// What Run called, in order: "apply <key>", "recovered", "checkpoint".
@@ -63,8 +62,8 @@ func put(tx *index.Tx, r journal.Record) (string, error) {
 }
 
 // options returns Run's options for s; edit lets a test change them.
-func (s *store) options(fsys vfs.FS, edit func(*recovery.Options)) recovery.Options {
-	o := recovery.Options{
+func (s *store) options(fsys vfs.FS, edit func(*Options)) Options {
+	o := Options{
 		FS:           fsys,
 		PageFile:     pagefile.Options{PageSize: 4096},
 		Journal:      journal.Options{SegmentSize: 64 << 10},
@@ -78,7 +77,7 @@ func (s *store) options(fsys vfs.FS, edit func(*recovery.Options)) recovery.Opti
 			s.replayed = append(s.replayed, loc)
 			return nil
 		},
-		Recovered: func(st *recovery.State, rep *recovery.Report) error {
+		Recovered: func(st *State, rep *Report) error {
 			s.calls = append(s.calls, "recovered")
 			s.st, s.rep, s.applied = st, rep, st.LastApplied
 			return s.recErr
@@ -98,10 +97,10 @@ func (s *store) options(fsys vfs.FS, edit func(*recovery.Options)) recovery.Opti
 }
 
 // run opens the store in dir of fsys with a fresh record of calls.
-func run(t *testing.T, fsys vfs.FS, dir string, edit func(*recovery.Options)) (*store, error) {
+func run(t *testing.T, fsys vfs.FS, dir string, edit func(*Options)) (*store, error) {
 	t.Helper()
 	s := &store{t: t}
-	st, rep, err := recovery.Run(dir, s.options(fsys, edit))
+	st, rep, err := Run(dir, s.options(fsys, edit))
 	if err != nil {
 		if st != nil {
 			t.Errorf("Run failed (%v) but returned a State", err)
@@ -115,7 +114,7 @@ func run(t *testing.T, fsys vfs.FS, dir string, edit func(*recovery.Options)) (*
 	return s, nil
 }
 
-func mustRun(t *testing.T, fsys vfs.FS, dir string, edit func(*recovery.Options)) *store {
+func mustRun(t *testing.T, fsys vfs.FS, dir string, edit func(*Options)) *store {
 	t.Helper()
 	s, err := run(t, fsys, dir, edit)
 	if err != nil {
@@ -224,14 +223,14 @@ func TestRun_LockedDirFails(t *testing.T) {
 	first := mustRun(t, mem, "/db", nil)
 	first.write("k", "v")
 	second, err := run(t, mem, "/db", nil)
-	if !errors.Is(err, recovery.ErrLocked) || !errors.Is(err, vfs.ErrLocked) || !strings.Contains(err.Error(), "held by this process") {
+	if !errors.Is(err, ErrLocked) || !errors.Is(err, vfs.ErrLocked) || !strings.Contains(err.Error(), "held by this process") {
 		t.Fatalf("second Run: %v; want ErrLocked naming the holder", err)
 	}
 	if len(second.calls) != 0 {
 		t.Errorf("the locked Run called %v", second.calls)
 	}
 	// A read-only Run takes no lock, so the held one does not stop it.
-	ro := mustRun(t, mem, "/db", func(o *recovery.Options) { o.ReadOnly = true })
+	ro := mustRun(t, mem, "/db", func(o *Options) { o.ReadOnly = true })
 	if ro.st.Lock != nil {
 		t.Error("a read-only Run holds a lock")
 	}
@@ -281,8 +280,8 @@ func TestRun_LostPageFileIsCorrupt(t *testing.T) {
 	}
 	want := fmt.Sprintf("%d journal segments %s to %s", len(segs), segs[0], segs[len(segs)-1])
 	for _, ro := range []bool{false, true} {
-		s, err := run(t, mem, "/db", func(o *recovery.Options) { o.ReadOnly = ro })
-		if !errors.Is(err, recovery.ErrCorrupt) || !strings.Contains(err.Error(), "/db/db.data is missing") || !strings.Contains(err.Error(), want) {
+		s, err := run(t, mem, "/db", func(o *Options) { o.ReadOnly = ro })
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "/db/db.data is missing") || !strings.Contains(err.Error(), want) {
 			t.Errorf("read-only %v: %v; want ErrCorrupt naming db.data and %q", ro, err, want)
 		}
 		if len(s.calls) != 0 {
@@ -307,7 +306,7 @@ func TestRun_LostPageFileIsCorrupt(t *testing.T) {
 // nothing.
 func TestRun_ReadOnlyCreatesNothing(t *testing.T) {
 	mem := vfs.NewMem()
-	if _, err := run(t, mem, "/none/db", func(o *recovery.Options) { o.ReadOnly = true }); err == nil {
+	if _, err := run(t, mem, "/none/db", func(o *Options) { o.ReadOnly = true }); err == nil {
 		t.Fatal("a read-only Run of a missing store succeeded")
 	}
 	if ok, err := vfs.Exists(mem, "/none"); err != nil || ok {
@@ -456,11 +455,11 @@ func TestRun_TrustedFreeListVsScan(t *testing.T) {
 	cases := []struct {
 		name    string
 		prepare func(*vfs.MemFS)
-		edit    func(*recovery.Options)
+		edit    func(*Options)
 		path    string
 	}{
 		{"clean", nil, nil, pagefile.FreeListTrusted},
-		{"forced scan", nil, func(o *recovery.Options) { o.PageFile.ForceScan = true }, pagefile.FreeListScanned},
+		{"forced scan", nil, func(o *Options) { o.PageFile.ForceScan = true }, pagefile.FreeListScanned},
 		{"db.free lost", func(m *vfs.MemFS) {
 			for _, n := range []string{"/db/db.free", "/db/db.free.prev"} {
 				if err := m.Remove(n); err != nil && !errors.Is(err, fs.ErrNotExist) {
@@ -513,7 +512,7 @@ func TestRun_RecoveryCheckpoint(t *testing.T) {
 		s.close()
 		return img
 	}
-	before := func(o *recovery.Options) { o.CheckpointBeforeServing = true }
+	before := func(o *Options) { o.CheckpointBeforeServing = true }
 
 	t.Run("before serving", func(t *testing.T) {
 		mem := crashed(t)
@@ -549,7 +548,7 @@ func TestRun_RecoveryCheckpoint(t *testing.T) {
 	t.Run("read-only", func(t *testing.T) {
 		mem := crashed(t)
 		names, _ := mem.ReadDir("/db")
-		s := mustRun(t, mem, "/db", func(o *recovery.Options) { o.ReadOnly, o.CheckpointBeforeServing = true, true })
+		s := mustRun(t, mem, "/db", func(o *Options) { o.ReadOnly, o.CheckpointBeforeServing = true, true })
 		if s.rep.RecordsReplayed != 20 || slices.Contains(s.calls, "checkpoint") || s.rep.NeedsCheckpoint || s.rep.Checkpointed {
 			t.Errorf("read-only: %d replayed, calls %v, NeedsCheckpoint %v: want a replay in memory and no checkpoint",
 				s.rep.RecordsReplayed, s.calls, s.rep.NeedsCheckpoint)
@@ -570,7 +569,7 @@ func TestRun_RecoveryCheckpoint(t *testing.T) {
 			mem := crashed(t)
 			s := &store{t: t}
 			c.set(s)
-			st, _, err := recovery.Run("/db", s.options(mem, before))
+			st, _, err := Run("/db", s.options(mem, before))
 			if err == nil || st != nil || !strings.Contains(err.Error(), "boom") {
 				t.Fatalf("Run: %v, %v; want the callback's error", st, err)
 			}
@@ -591,7 +590,7 @@ func TestRun_RecoveryCheckpoint(t *testing.T) {
 		s := &store{t: t}
 		o := s.options(vfs.NewMem(), before)
 		o.Checkpoint = nil
-		if _, _, err := recovery.Run("/db", o); err == nil {
+		if _, _, err := Run("/db", o); err == nil {
 			t.Error("CheckpointBeforeServing without Checkpoint was accepted")
 		}
 	})
