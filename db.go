@@ -4,10 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
 	"path/filepath"
-	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -129,25 +126,6 @@ func open(dir string, opts *Options) (*DB, error) {
 	db.maxRecord = int(min(16<<20, o.SegmentSize/4))
 	db.maxGroup = int(o.SegmentSize / 2)
 
-	if !o.ReadOnly {
-		if err := createDir(o.FS, dir); err != nil {
-			return nil, fmt.Errorf("kdb: create %s: %w", dir, err)
-		}
-		lk, err := o.FS.Lock(filepath.Join(dir, "lock"))
-		if err != nil {
-			if errors.Is(err, vfs.ErrLocked) {
-				return nil, fmt.Errorf("%w: %s: %w", ErrLocked, dir, err)
-			}
-			return nil, fmt.Errorf("kdb: lock %s: %w", dir, err)
-		}
-		db.lock = lk
-	}
-
-	if err := checkNotLost(o.FS, dir); err != nil {
-		db.unlock()
-		return nil, err
-	}
-
 	sync := journal.SyncAlways
 	switch o.Sync {
 	case SyncInterval:
@@ -156,142 +134,68 @@ func open(dir string, opts *Options) (*DB, error) {
 		sync = journal.UnsafeSyncNever
 	}
 	replay := newReplayer(db)
-	st, rep, err := recovery.Run(dir, recovery.Options{
-		PageFile: pagefile.Options{FS: o.FS, PageSize: o.PageSize, ReadOnly: o.ReadOnly,
-			ForceScan: o.ForceFreeListScan, Logger: o.Logger},
-		Index: index.Options{Logger: o.Logger},
-		Journal: journal.Options{FS: o.FS, SegmentSize: o.SegmentSize, Sync: sync,
+	_, rep, err := recovery.Run(dir, recovery.Options{
+		FS:       o.FS,
+		ReadOnly: o.ReadOnly,
+		PageFile: pagefile.Options{PageSize: o.PageSize, ForceScan: o.ForceFreeListScan, Logger: o.Logger},
+		Index:    index.Options{Logger: o.Logger},
+		Journal: journal.Options{SegmentSize: o.SegmentSize, Sync: sync,
 			SyncInterval: o.SyncInterval, MaxRecordSize: db.maxRecord, SkipDamaged: o.SkipDamagedJournal,
-			ArchiveDir: archive, ReadOnly: o.ReadOnly, Logger: o.Logger},
-		Apply:      replay.apply,
-		ReplayFrom: replayFrom,
-		Refs:       segmentRefs,
+			ArchiveDir: archive, Logger: o.Logger},
+		Apply:                   replay.apply,
+		Refs:                    segmentRefs,
+		Recovered:               db.adopt,
+		Checkpoint:              db.checkpoint,
+		CheckpointBeforeServing: o.CheckpointBeforeServing,
 	})
 	if err != nil {
-		db.unlock()
-		return nil, wrapErr(fmt.Errorf("kdb: open %s: %w", dir, err))
-	}
-	db.pf, db.ix, db.j, db.applied = st.PageFile, st.Index, st.Journal, st.LastApplied
-	db.mu.recovery = newRecoveryReport(rep)
-	if err := db.noteLostValues(rep.Journal.Skipped); err != nil {
-		_ = st.Close()
-		db.unlock()
-		return nil, err
-	}
-	if err := db.setReplayRate(rep); err != nil {
-		_ = st.Close()
-		db.unlock()
-		return nil, err
-	}
-	db.mu.ckApplied = rep.ReplayFrom
-	db.mu.applied = db.applied
-	db.mu.recoveryCk = rep.NeedsCheckpoint
-	db.mu.ckBytes = db.j.Stats().Bytes
-	db.mu.lastCk = time.Now()
-	if ks := db.ix.MaxKeySize() - len(userTreePrefix) - MaxIndexNameSize; ks < MaxKeySize {
-		_ = st.Close()
-		db.unlock()
-		return nil, fmt.Errorf("%w: page size %d allows keys of %d bytes, need %d", ErrInvalid, db.pf.PageSize(), ks, MaxKeySize)
-	}
-	if rep.NeedsCheckpoint && o.CheckpointBeforeServing {
-		if err := db.checkpoint(); err != nil {
-			_ = st.Close()
-			db.unlock()
-			return nil, fmt.Errorf("kdb: open %s: checkpoint after recovery: %w", dir, err)
-		}
+		return nil, openErr(dir, err)
 	}
 	o.Logger.Info("kdb: recovered", db.mu.recovery.logAttrs()...)
 	if !o.ReadOnly {
-		kick := db.mu.recoveryCk // no other goroutine yet
 		db.wg.Add(1)
 		go db.checkpointer()
-		if kick {
+		if rep.NeedsCheckpoint && !rep.Checkpointed {
 			db.kickCheckpoint() // see Options.CheckpointBeforeServing
 		}
 	}
 	return db, nil
 }
 
-// createDir creates dir and its missing parents, and makes each new entry
-// durable (SyncDir of its parent), so that a store created under a new
-// directory tree does not vanish with it in a power loss.
-func createDir(fsys vfs.FS, dir string) error {
-	var missing []string
-	for d := dir; ; d = filepath.Dir(d) {
-		ok, err := vfs.Exists(fsys, d)
-		if err != nil {
-			return err
-		}
-		if ok {
-			break
-		}
-		missing = append(missing, d)
-		if filepath.Dir(d) == d {
-			break
-		}
+// openErr maps an error of recovery.Run onto the root's sentinels. A
+// locked store is ErrLocked naming the holder (vfs's message says whether
+// this process or another one).
+func openErr(dir string, err error) error {
+	if errors.Is(err, recovery.ErrLocked) {
+		return fmt.Errorf("%w: %s: %w", ErrLocked, dir, err)
 	}
-	if len(missing) == 0 {
-		return nil
-	}
-	if err := fsys.MkdirAll(dir, 0o750); err != nil {
-		return err
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
-			return err
-		}
-	}
-	return nil
+	return wrapErr(fmt.Errorf("kdb: open %s: %w", dir, err))
 }
 
-// checkNotLost decides whether Open may create a new store in dir: only
-// where no store exists yet. A directory without db.data that holds what
-// only an existing store leaves (a journal segment, db.free, db.free.prev,
-// db.redo) is a store whose page file was lost: ErrCorrupt naming what is
-// missing and what remains, never a new, empty store over the old journal.
-//
-// The rule is sound for a crash during creation because creation writes
-// db.data first (header and meta, written to db.data.tmp, synced, renamed,
-// the directory synced) and every other file only after it is durable: a
-// crash before that leaves at most the lock file and db.data.tmp, which
-// count for nothing, and the store is created afresh.
-func checkNotLost(fsys vfs.FS, dir string) error {
-	data := filepath.Join(dir, "db.data")
-	exists, err := vfs.Exists(fsys, data)
-	if err != nil {
-		return fmt.Errorf("kdb: open %s: %w", dir, err)
+// adopt takes over the State recovery opened (recovery.Options.Recovered),
+// before the recovery checkpoint, which runs on these fields. Its error
+// fails the Open, and recovery closes the State again.
+func (db *DB) adopt(st *recovery.State, rep *recovery.Report) error {
+	db.lock = st.Lock
+	db.pf, db.ix, db.j, db.applied = st.PageFile, st.Index, st.Journal, st.LastApplied
+	db.mu.recovery = newRecoveryReport(rep)
+	if err := db.noteLostValues(rep.Journal.Skipped); err != nil {
+		return err
 	}
-	if exists {
-		return nil
+	if err := db.setReplayRate(rep); err != nil {
+		return err
 	}
-	names, err := fsys.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+	db.mu.ckApplied = rep.ReplayFrom
+	db.mu.applied = db.applied
+	// The checkpoint that clears recoveryCk fills in RecoveryReport's
+	// Checkpointed; until it runs, the checkpointer takes it at once.
+	db.mu.recoveryCk = rep.NeedsCheckpoint
+	db.mu.ckBytes = db.j.Stats().Bytes
+	db.mu.lastCk = time.Now()
+	if ks := db.ix.MaxKeySize() - len(userTreePrefix) - MaxIndexNameSize; ks < MaxKeySize {
+		return fmt.Errorf("%w: page size %d allows keys of %d bytes, need %d", ErrInvalid, db.pf.PageSize(), ks, MaxKeySize)
 	}
-	if err != nil {
-		return fmt.Errorf("kdb: open %s: %w", dir, err)
-	}
-	var found []string
-	var segs []journal.SegmentID
-	for _, n := range names {
-		if id, ok := journal.ParseSegmentName(n); ok {
-			segs = append(segs, id)
-		} else if n == "db.free" || n == "db.free.prev" || n == "db.redo" {
-			found = append(found, n)
-		}
-	}
-	switch {
-	case len(segs) == 1:
-		found = append([]string{segs[0].String()}, found...)
-	case len(segs) > 1:
-		slices.Sort(segs)
-		found = append([]string{fmt.Sprintf("%d journal segments %s to %s", len(segs), segs[0], segs[len(segs)-1])}, found...)
-	}
-	if len(found) == 0 {
-		return nil
-	}
-	return fmt.Errorf("%w: %s is missing, but %s remain: an existing store lost its page file (this is not a new store; kdbtool check and repair say what can be done)",
-		ErrCorrupt, data, strings.Join(found, ", "))
+	return nil
 }
 
 // setReplayRate sets the replay rate used by RecoveryTimeTarget: the one
@@ -308,12 +212,6 @@ func (db *DB) setReplayRate(rep *recovery.Report) error {
 		db.mu.replayBps = r
 	}
 	return nil
-}
-
-// replayFrom turns the checkpoint's meta into the location of the last
-// journal record it covers.
-func replayFrom(m pagefile.Meta) journal.Location {
-	return journal.Location{Segment: journal.SegmentID(m.ReplaySegment), Offset: int64(m.ReplayOffset)}
 }
 
 // segmentRefs returns the oldest and newest journal segment holding a value

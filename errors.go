@@ -7,6 +7,7 @@ import (
 	"github.com/kdb-project/kdb/index"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/recovery"
 )
 
 // Errors. Use errors.Is: every error the package returns wraps at most one
@@ -54,8 +55,10 @@ func wrapErr(err error) error {
 	switch {
 	case errors.Is(err, pagefile.ErrStale):
 		return fmt.Errorf("%w: %w", ErrStale, err)
+	case errors.Is(err, recovery.ErrLocked):
+		return fmt.Errorf("%w: %w", ErrLocked, err)
 	case errors.Is(err, journal.ErrCorrupt), errors.Is(err, journal.ErrTornTail),
-		errors.Is(err, pagefile.ErrCorrupt), errors.Is(err, index.ErrCorrupt):
+		errors.Is(err, pagefile.ErrCorrupt), errors.Is(err, index.ErrCorrupt), errors.Is(err, recovery.ErrCorrupt):
 		return fmt.Errorf("%w: %w", ErrCorrupt, err)
 	case errors.Is(err, journal.ErrVersionMismatch), errors.Is(err, pagefile.ErrVersionMismatch),
 		errors.Is(err, index.ErrVersionMismatch):

@@ -3,48 +3,74 @@ package recovery
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"github.com/kdb-project/kdb/index"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // Options configures Run. PageFile, Index and Journal are passed through to
-// the packages' Open.
+// the packages' Open (Run sets their FS and ReadOnly from its own).
 type Options struct {
+	// FS is the file system of every part of the store, the lock file
+	// included. Default: vfs.OS.
+	FS vfs.FS
+	// ReadOnly opens without the lock and without writing anything: no
+	// directory is created, the page file and the journal are opened
+	// read-only (the replay goes to memory), and no checkpoint is taken
+	// or asked for. Setting PageFile.ReadOnly or Journal.ReadOnly means
+	// the same.
+	ReadOnly bool
 	PageFile pagefile.Options
 	Index    index.Options
 	Journal  journal.Options
 	// Apply applies one journal record to the index inside an Update. It
 	// is called in journal order for every record after the checkpoint's
-	// replay position, and must do exactly what the live write path did.
-	// An error aborts recovery. Records are applied in chunks, one index
-	// Update each, and a chunk may end inside a journal batch: state that
-	// Apply keeps between the records of one batch must live in the
-	// caller's closure. No chunk is ever applied twice. Apply runs while
-	// the journal is still being opened (journal.Options.Deliver): if Run
-	// fails, what it applied is discarded with the page file.
+	// replay position (ReplayPosition), and must do exactly what the live
+	// write path did: what a record means is the caller's. An error aborts
+	// recovery. Records are applied in chunks, one index Update each, and
+	// a chunk may end inside a journal batch: state that Apply keeps
+	// between the records of one batch must live in the caller's closure.
+	// No chunk is ever applied twice. Apply runs while the journal is
+	// still being opened (journal.Options.Deliver): if Run fails, what it
+	// applied is discarded with the page file.
 	Apply func(tx *index.Tx, loc journal.Location, r journal.Record) error
-	// ReplayFrom converts the checkpoint's meta into the location of the
-	// last record it covers (zero: none).
-	ReplayFrom func(m pagefile.Meta) journal.Location
 	// Refs returns the oldest and newest journal segment holding a record
 	// the opened index still refers to (0, 0: none). Optional. With the
 	// replay position it tells the journal which segments must exist
 	// (journal.Options.Need), so that a missing one is ErrCorrupt rather
 	// than a silent loss.
 	Refs func(ix *index.Store) (oldest, newest journal.SegmentID, err error)
-	// NoReplay skips the replay (a read-only open sees the last
+	// NoReplay skips the replay (the store is seen as of its last
 	// checkpoint).
 	NoReplay bool
 	// ChunkRecords bounds the records applied in one index Update.
 	// Default: 4096.
 	ChunkRecords int
+
+	// Recovered, if set, is called once the store is recovered and before
+	// the recovery checkpoint: the caller takes the State over (what
+	// Checkpoint then works on) and may refuse it. Its error fails Run as
+	// it is, and everything is closed again.
+	Recovered func(st *State, rep *Report) error
+	// Checkpoint takes a checkpoint of the recovered store; how is the
+	// caller's. Run calls it when the Report says NeedsCheckpoint and
+	// CheckpointBeforeServing is set; else the caller takes that checkpoint
+	// in the background after Run returned (Report.NeedsCheckpoint and not
+	// Report.Checkpointed). Required with CheckpointBeforeServing.
+	Checkpoint func() error
+	// CheckpointBeforeServing makes Run take the checkpoint recovery asks
+	// for before it returns. Ignored when ReadOnly (nothing is asked for).
+	CheckpointBeforeServing bool
 }
 
 // State is the opened store.
 type State struct {
+	// Lock is the store's lock file, held until Close (nil when ReadOnly).
+	Lock     vfs.Locker
 	PageFile *pagefile.File
 	Index    *index.Store
 	Journal  *journal.Journal
@@ -53,41 +79,81 @@ type State struct {
 	LastApplied journal.Location
 }
 
-// Close closes the parts in reverse order of opening and returns the first
-// error.
+// Close closes the parts in reverse order of opening, releasing the lock
+// last, and returns their errors.
 func (s *State) Close() error {
 	var errs []error
 	if s.Journal != nil {
 		errs = append(errs, s.Journal.Close())
+		s.Journal = nil
 	}
 	if s.PageFile != nil {
 		errs = append(errs, s.PageFile.Close())
+		s.PageFile = nil
+	}
+	if s.Lock != nil {
+		errs = append(errs, s.Lock.Close())
+		s.Lock = nil
 	}
 	return errors.Join(errs...)
 }
 
-// Run opens the store in dir: the page file (newest intact meta, db.redo,
-// the free list trusted or rebuilt), the index, the journal (verified from
-// the replay position, torn tail truncated), replaying the journal after
-// the checkpoint's replay position during the journal's own verifying pass
-// (each record is read once). It does not checkpoint: the caller
-// starts serving and checkpoints in the background when
-// Report.NeedsCheckpoint says so (the store is consistent and durable
-// without it; the checkpoint only makes the next crash cheap). On error
-// everything opened is closed again.
+// Run opens (or creates) the store in dir and recovers it, in this order
+// (docs/DESIGN.md, "Opening and recovery"):
+//
+//  1. Unless ReadOnly, it creates dir (new parents made durable) and takes
+//     its lock file: ErrLocked at once if another handle holds it.
+//  2. It refuses a directory whose page file was lost while the rest of
+//     the store remains (ErrCorrupt), rather than create a new store over
+//     the old journal.
+//  3. It opens the page file (newest intact meta, db.redo, the free list
+//     trusted or rebuilt) and the index on the meta's root.
+//  4. It computes the replay position from the meta (ReplayPosition) and
+//     opens the journal, verified from that position (torn tail
+//     truncated), replaying every record after it through Apply during
+//     the journal's own verifying pass (each record is read once).
+//  5. It decides whether a checkpoint is due (Report.NeedsCheckpoint),
+//     hands the State to Recovered, and takes that checkpoint through
+//     Checkpoint before returning if CheckpointBeforeServing; else the
+//     caller starts serving and takes it in the background (the store is
+//     consistent and durable without it; it only makes the next crash
+//     cheap).
+//
+// On error everything opened is closed again and the lock released.
 func Run(dir string, o Options) (*State, *Report, error) {
-	if o.Apply == nil || o.ReplayFrom == nil {
-		return nil, nil, errors.New("recovery: Apply and ReplayFrom are required")
+	if o.Apply == nil {
+		return nil, nil, errors.New("recovery: Apply is required")
+	}
+	if o.CheckpointBeforeServing && o.Checkpoint == nil {
+		return nil, nil, errors.New("recovery: CheckpointBeforeServing needs Checkpoint")
 	}
 	if o.ChunkRecords <= 0 {
 		o.ChunkRecords = 4096
 	}
+	if o.FS == nil {
+		o.FS = vfs.OS
+	}
+	o.ReadOnly = o.ReadOnly || o.PageFile.ReadOnly || o.Journal.ReadOnly
+	o.PageFile.FS, o.Journal.FS = o.FS, o.FS
+	o.PageFile.ReadOnly, o.Journal.ReadOnly = o.ReadOnly, o.ReadOnly
+	dir = filepath.Clean(dir)
 	start := time.Now()
 	rep := &Report{}
 	st := &State{}
 	fail := func(err error) (*State, *Report, error) {
 		_ = st.Close()
 		return nil, rep, err
+	}
+
+	if !o.ReadOnly {
+		lk, err := lock(o.FS, dir)
+		if err != nil {
+			return nil, rep, err
+		}
+		st.Lock = lk
+	}
+	if err := checkNotLost(o.FS, dir); err != nil {
+		return fail(err)
 	}
 
 	t := time.Now()
@@ -118,7 +184,7 @@ func Run(dir string, o Options) (*State, *Report, error) {
 	// Open fails further on, fail discards them; if it succeeds, it has
 	// synced the tail it found before returning, so the records are
 	// durable before anything built from them is served or checkpointed.
-	from := o.ReplayFrom(pf.Meta())
+	from := ReplayPosition(pf.Meta())
 	rep.ReplayFrom = from
 	st.LastApplied = from
 	jo := o.Journal
@@ -170,10 +236,23 @@ func Run(dir string, o Options) (*State, *Report, error) {
 	}
 
 	rep.FreeListProof = pf.FreeListProof()
-	rep.NeedsCheckpoint = !o.PageFile.ReadOnly && (rep.RecordsReplayed > 0 || rep.PageFile.RedoApplied ||
+	rep.NeedsCheckpoint = !o.ReadOnly && (rep.RecordsReplayed > 0 || rep.PageFile.RedoApplied ||
 		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0 ||
 		rep.FreeListProof.Lies > 0)
 	rep.TotalDuration = time.Since(start)
+
+	if o.Recovered != nil {
+		if err := o.Recovered(st, rep); err != nil {
+			return fail(err)
+		}
+	}
+	if rep.NeedsCheckpoint && o.CheckpointBeforeServing {
+		t = time.Now()
+		if err := o.Checkpoint(); err != nil {
+			return fail(fmt.Errorf("recovery: checkpoint after recovery: %w", err))
+		}
+		rep.Checkpointed, rep.CheckpointDuration = true, time.Since(t)
+	}
 	return st, rep, nil
 }
 

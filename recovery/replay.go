@@ -28,9 +28,10 @@ var errAbandoned = errors.New("recovery: replay abandoned")
 // batch is never applied even in part; a chunk may end inside a batch.
 //
 // Updates are in memory only: nothing reaches the disk before a
-// checkpoint, which the caller takes only after Run returned, so if the
-// journal's Open fails after some chunks were applied, closing the page
-// file discards them.
+// checkpoint, which is taken only once the journal's Open succeeded (by
+// Run through Options.Checkpoint, or by the caller after Run returned), so
+// if the journal's Open fails after some chunks were applied, closing the
+// page file discards them.
 type replayer struct {
 	st  *State
 	o   Options

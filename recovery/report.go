@@ -34,6 +34,11 @@ type Report struct {
 	// replaces the lying db.free) or a torn journal tail cut. Never set
 	// when read-only.
 	NeedsCheckpoint bool
+	// Checkpointed says Run took that checkpoint before returning
+	// (Options.CheckpointBeforeServing), in CheckpointDuration. If
+	// NeedsCheckpoint is set and Checkpointed is not, the caller owes it.
+	Checkpointed       bool
+	CheckpointDuration time.Duration
 
 	PageFileDuration time.Duration // pagefile.Open: meta, redo, free list
 	IndexDuration    time.Duration // index.Open
@@ -44,7 +49,9 @@ type Report struct {
 	// opening the segments, checking headers, finding and syncing the tail.
 	JournalDuration time.Duration
 	ReplayDuration  time.Duration
-	TotalDuration   time.Duration
+	// TotalDuration is Run's time until the store was recovered: the
+	// recovery checkpoint (CheckpointDuration) is not in it.
+	TotalDuration time.Duration
 }
 
 // ReplayRate returns the replay throughput in bytes per second, or 0 when too
