@@ -46,8 +46,9 @@ type RecoveryReport struct {
 	// Skipped lists journal regions lost to damage (SkipDamagedJournal).
 	Skipped []string
 	// Checkpointed reports that the checkpoint recovery asked for has
-	// completed (CheckpointTime is its duration). Open does not wait for
-	// it: it runs in the background as soon as Open returns, when records
+	// completed (CheckpointTime is its duration). Unless
+	// Options.CheckpointBeforeServing makes Open take it before returning,
+	// it runs in the background as soon as Open returns, when records
 	// were replayed, db.redo applied, the free list rebuilt or a torn
 	// journal tail cut; until then the next crash recovers the same way
 	// again. Close waits for it (or checkpoints itself).
