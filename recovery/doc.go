@@ -1,6 +1,6 @@
 // Package recovery opens the three parts of a kdb store after a clean or an
 // unclean shutdown and brings them back to one consistent state: the opening
-// algorithm of ARCHITECTURE.md.
+// algorithm docs/DESIGN.md describes ("Recovery (recovery.Run)").
 //
 // It owns the order of the steps and the Report; what a journal record means
 // is the caller's (Options.Apply). It must not know about the root package's
