@@ -6,8 +6,9 @@
 // is the caller's (Options.Apply). It must not know about the root package's
 // API or record formats.
 //
-// Concurrency: Run is called once, before the store is served; it starts no
-// goroutines of its own.
+// Concurrency: Run is called once, before the store is served. Replay runs
+// each chunk's index Update on a goroutine of its own (replay.go); none
+// outlives Run.
 //
 // Format: it writes nothing of its own; docs/FORMAT.md covers the files it
 // reads.
