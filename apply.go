@@ -169,7 +169,7 @@ func appendRef(dst []byte, loc journal.Location, size int) []byte {
 }
 
 // decodeRefHeader reports whether the index value v points into the journal,
-// and where. A malformed value reports false; decodeValue reports it.
+// and where. A malformed value reports false; resolve reports it.
 func decodeRefHeader(v []byte) (journal.SegmentID, int, bool) {
 	if len(v) != valRefSize || v[0] != valJournal {
 		return 0, 0, false

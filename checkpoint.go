@@ -24,7 +24,7 @@ func (db *DB) Checkpoint() error {
 	return db.checkpoint()
 }
 
-// checkpoint takes a checkpoint: see ARCHITECTURE.md. The index's writer
+// checkpoint takes a checkpoint: see docs/DESIGN.md, "Checkpoints". The index's writer
 // lock is held only while the dirty pages are handed over and the replay
 // position is read; the I/O runs without it.
 //

@@ -14,7 +14,7 @@ import (
 	"github.com/kdb-project/kdb/vfs"
 )
 
-// forgeFreeFile rewrites dir's db.free as FORMAT.md §2 "db.free" lays it
+// forgeFreeFile rewrites dir's db.free as FORMAT.md §2.5 lays it
 // out, keeping its store ID, checkpoint ID and page count (so Open trusts
 // it) but listing the pages [first, pageCount) as free: one range that
 // covers every data page, the live ones included.

@@ -103,8 +103,8 @@ type Options struct {
 	NoCheckpointOnClose bool
 	// CheckpointBeforeServing makes Open take the checkpoint recovery asks
 	// for (after replaying records, applying db.redo, rebuilding the free
-	// list or cutting a torn tail) before it returns, as step 6 of
-	// ARCHITECTURE.md's opening reads. By default Open returns as soon as
+	// list or cutting a torn tail) before it returns, as the design brief
+	// orders it (docs/DESIGN.md, "Where we differ"). By default Open returns as soon as
 	// the store is recovered and that checkpoint runs in the background
 	// right after: the store is consistent and durable either way, and a
 	// crash before it completes only means the next Open replays the same

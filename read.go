@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"iter"
 	"sync/atomic"
 
 	"github.com/kdb-project/kdb/index"
@@ -254,6 +255,37 @@ func (it *Iter) Value() []byte {
 		it.err = err
 	}
 	return v
+}
+
+// All returns the iterator's keys and values as a range-over-func sequence,
+// from First to the end in key order:
+//
+//	it := s.Iter("users")
+//	for k, v := range it.All() {
+//		...
+//	}
+//	if err := it.Err(); err != nil {
+//		...
+//	}
+//
+// k and v are Key and Value: valid until the next step or the end of the
+// View (copy them to keep them). The sequence stops at the first error
+// (a value that cannot be read, the View's end, Close giving up waiting)
+// without yielding the failed entry, so check Err after the loop. Breaking
+// out of the loop leaves the iterator on the last key yielded (Next goes
+// on from there); ranging over All again starts over from First.
+func (it *Iter) All() iter.Seq2[[]byte, []byte] {
+	return func(yield func(k, v []byte) bool) {
+		for ok := it.First(); ok; ok = it.Next() {
+			k, v := it.Key(), it.Value()
+			if it.err != nil {
+				return
+			}
+			if !yield(k, v) {
+				return
+			}
+		}
+	}
 }
 
 // Err returns the first error met while iterating.

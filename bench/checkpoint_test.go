@@ -13,7 +13,7 @@ import (
 	"github.com/kdb-project/kdb"
 )
 
-// db.redo header: FORMAT.md §2 "db.redo". The benchmark reads the image
+// db.redo header: FORMAT.md §2.6. The benchmark reads the image
 // count of the last checkpoint's batch to verify how many pages it wrote.
 const (
 	redoOffCount = 48 // uint64: number of page images, the meta slot included
@@ -41,7 +41,7 @@ const (
 // build, a page scan), and a 4 KiB write into a large folio costs CPU in
 // proportion to the folio's size (the kernel walks every block of the folio
 // when the page is written and again at writeback). That made the same
-// checkpoint use twice the CPU on a store whose history left it so. See /work/notes/benchroot-report.md.
+// checkpoint use twice the CPU on a store whose history left it so.
 //
 // Metrics: ms/checkpoint (wall time); cpu-ms/checkpoint (user+system CPU
 // time of the whole process during the checkpoint: the part that is not
@@ -194,7 +194,7 @@ func storeKeys(tb testing.TB, db *kdb.DB, size int64) [][]byte {
 }
 
 // redoPages returns the number of pages the last checkpoint wrote, read
-// from the image count in db.redo's header (FORMAT.md §2), less the meta
+// from the image count in db.redo's header (FORMAT.md §2.6), less the meta
 // slot's image.
 func redoPages(tb testing.TB, dir string) int {
 	tb.Helper()

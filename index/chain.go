@@ -8,7 +8,7 @@ import (
 )
 
 // Chains of pages hold large values (pageOverflow) and the pending-free list
-// (pagePending): FORMAT.md §I.5.
+// (pagePending): FORMAT.md §3.5.
 
 // chainData returns the data capacity of one chain page.
 func (s *Store) chainData() int { return s.lim.payload - chainHeaderSize }

@@ -2,7 +2,7 @@ package index
 
 import "github.com/kdb-project/kdb/pagefile"
 
-// Page types owned by the index: FORMAT.md §I.1. These values are part
+// Page types owned by the index: FORMAT.md §3.1. These values are part
 // of the on-disk format; changing one requires a FormatVersion bump.
 const (
 	pageBranch   pagefile.PageType = 16 // B-tree interior node
@@ -13,10 +13,10 @@ const (
 )
 
 // FormatVersion is the version of the index page formats, stored in the root
-// page: FORMAT.md §I.6.
+// page: FORMAT.md §3.6.
 const FormatVersion = 1
 
-// Node header and slot array: FORMAT.md §I.2.
+// Node header and slot array: FORMAT.md §3.2.
 const (
 	nodeHeaderSize = 4
 	offNodeCount   = 0 // uint16: number of cells
@@ -24,7 +24,7 @@ const (
 	slotSize       = 2 // uint16 per cell: offset of the cell within the payload
 )
 
-// Leaf cell: FORMAT.md §I.3.
+// Leaf cell: FORMAT.md §3.3.
 const (
 	leafCellHeader  = 7
 	offLeafKeyLen   = 0 // uint16: key length
@@ -35,21 +35,21 @@ const (
 	overflowRefSize = 8
 )
 
-// Branch cell: FORMAT.md §I.4.
+// Branch cell: FORMAT.md §3.4.
 const (
 	branchCellHeader = 10
 	offBranchChild   = 0 // uint64: child PageID
 	offBranchKeyLen  = 8 // uint16: separator length (0 for cell 0)
 )
 
-// Chain page (overflow values and the pending-free list): FORMAT.md §I.5.
+// Chain page (overflow values and the pending-free list): FORMAT.md §3.5.
 const (
 	chainHeaderSize = 12
 	offChainNext    = 0 // uint64: next PageID in the chain, 0 at the end
 	offChainLen     = 8 // uint32: bytes of data on this page
 )
 
-// Root page: FORMAT.md §I.6.
+// Root page: FORMAT.md §3.6.
 const (
 	rootMagic           = 0x5844494b // "KIDX" little-endian
 	offRootMagic        = 0          // uint32: rootMagic
@@ -61,14 +61,14 @@ const (
 	rootSize            = 32
 )
 
-// Catalog entry (the value stored under a tree's name): FORMAT.md §I.7.
+// Catalog entry (the value stored under a tree's name): FORMAT.md §3.7.
 const (
 	catalogEntrySize = 16
 	offCatalogRoot   = 0 // uint64: tree root PageID (0 = empty tree)
 	offCatalogCount  = 8 // uint64: number of keys in the tree
 )
 
-// MaxValueSize is the largest value a tree accepts (FORMAT.md §I.3).
+// MaxValueSize is the largest value a tree accepts (FORMAT.md §3.3).
 // Values that do not fit inline in a leaf cell go to an overflow chain.
 const MaxValueSize = 16 << 20
 
@@ -76,7 +76,7 @@ const MaxValueSize = 16 << 20
 const minPayload = 256
 
 // limits are the size limits derived from the page payload size
-// (FORMAT.md §I.3).
+// (FORMAT.md §3.3).
 type limits struct {
 	payload int // bytes of a page's payload
 	maxCell int // largest cell, so that at least 4 cells fit a node

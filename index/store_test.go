@@ -159,7 +159,7 @@ func TestTx_CreateDropTrees(t *testing.T) {
 func TestTree_Limits(t *testing.T) {
 	e := newMemEnv(t, 4096)
 	if e.s.MaxKeySize() != 998 {
-		// FORMAT.md §I documents 998 bytes for 4 KiB pages (4064-byte payload).
+		// FORMAT.md §3.3 documents 998 bytes for 4 KiB pages (4064-byte payload).
 		t.Fatalf("MaxKeySize = %d", e.s.MaxKeySize())
 	}
 	e.update(func(tx *Tx) error {

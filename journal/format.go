@@ -8,18 +8,18 @@ import (
 )
 
 // FormatVersion is the journal format version written in every segment
-// header (FORMAT.md "Journal", §J.2). A segment with another version is
+// header (FORMAT.md §4.2). A segment with another version is
 // refused with ErrVersionMismatch.
 const FormatVersion = 1
 
-// Segment file names: FORMAT.md §J.1.
+// Segment file names: FORMAT.md §4.1.
 const (
 	segmentPrefix = "db-"
 	segmentSuffix = ".log"
 	tmpSuffix     = ".tmp" // db-<N>.log.tmp: a segment being created; removed by Open
 )
 
-// Segment header: FORMAT.md §J.2. These values are part of the on-disk
+// Segment header: FORMAT.md §4.2. These values are part of the on-disk
 // format; changing one requires a FormatVersion bump.
 const (
 	segHeaderSize  = 64
@@ -32,10 +32,10 @@ const (
 	segOffChecksum = 56 // uint64: xxhash64 of bytes [0, 56)
 )
 
-// segmentMagic opens every segment file (FORMAT.md §J.2).
+// segmentMagic opens every segment file (FORMAT.md §4.2).
 var segmentMagic = [8]byte{'K', 'D', 'B', 'J', 'R', 'N', 'L', 0x1a}
 
-// Record frame: FORMAT.md §J.3. These values are part of the on-disk
+// Record frame: FORMAT.md §4.3. These values are part of the on-disk
 // format; changing one requires a FormatVersion bump.
 const (
 	recHeaderSize  = 32
@@ -57,7 +57,7 @@ const (
 	sumOffsetMix = 0x9E3779B97F4A7C15
 )
 
-// Reserved record types: FORMAT.md §J.4. The journal writes these itself;
+// Reserved record types: FORMAT.md §4.4. The journal writes these itself;
 // Append refuses them and Iterate does not deliver them.
 const (
 	// MinReservedType is the lowest RecordType reserved by the journal.

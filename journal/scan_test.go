@@ -275,8 +275,8 @@ func TestOpen_SegmentLevelDamage(t *testing.T) {
 	})
 	t.Run("torn creation of the last segment is removed", func(t *testing.T) {
 		fs, j, bs := build(t, Options{}, 20)
-		// INVARIANT: no Append is pending, so the committer is idle and
-		// its last use of j.w happened before Append returned.
+		// INVARIANT: no Append is pending, so no writer uses j.w: the
+		// last use happened before Append returned.
 		if err := j.rotate(); err != nil {
 			t.Fatal(err)
 		}

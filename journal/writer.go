@@ -173,7 +173,7 @@ func (j *Journal) publishToLocked(s *segment, end, last int64) {
 // segment grows by a step of written zeros (zeroFill) ahead of its
 // records, up to SegmentSize, so that fdatasync rarely has a size change
 // or block allocation to record, and what Open must read past the last
-// record after a crash stays under a step (FORMAT.md §J.1).
+// record after a crash stays under a step (FORMAT.md §4.1).
 const allocStep = 1 << 20
 
 // zeroBlock is what zeroFill writes from; never written to.
@@ -300,7 +300,7 @@ func (j *Journal) rotate() error {
 // createSegment creates db-<id>.log atomically: it writes db-<id>.log.tmp
 // (preallocated, header written, synced), renames it to its name and syncs
 // the directory, so the name never refers to a segment without a valid
-// header (STYLE.md §7's idiom; vfs.WriteFileAtomic cannot preallocate). It
+// header (vfs.WriteFileAtomic's steps, by hand: it cannot preallocate). It
 // refuses to replace an existing segment. On return the segment is durable.
 // A failure fails the journal.
 func (j *Journal) createSegment(id SegmentID) (*segment, error) {

@@ -1,10 +1,10 @@
 package pagefile
 
 // FormatVersion is the version of the page-file format written in the
-// db.data header, db.free and db.redo. FORMAT.md §Page file.
+// db.data header, db.free and db.redo. FORMAT.md §2.
 const FormatVersion = 1
 
-// Layout of db.data: FORMAT.md §Page file, "db.data layout". Page i lives at
+// Layout of db.data: FORMAT.md §2.1. Page i lives at
 // byte offset i*pageSize. Page 0 holds the file header, pages 1 and 2 the two
 // metadata slots; data pages start at FirstDataPage.
 const (
@@ -20,7 +20,7 @@ const (
 	defaultPageSize = 4096
 )
 
-// File header (page 0): FORMAT.md §Page file, "File header".
+// File header (page 0): FORMAT.md §2.2.
 const (
 	hdrChecksum = 0  // uint64: xxhash64 of bytes [8, hdrSize)
 	hdrMagic    = 8  // [8]byte: "KDBDATA\x00"
@@ -32,7 +32,7 @@ const (
 
 var dataMagic = [8]byte{'K', 'D', 'B', 'D', 'A', 'T', 'A', 0}
 
-// Meta slot (pages 1 and 2): FORMAT.md §Page file, "Meta slot".
+// Meta slot (pages 1 and 2): FORMAT.md §2.3.
 const (
 	metaChecksum  = 0   // uint64: xxhash64 of bytes [8, metaFixedSize+appLen)
 	metaMagicOff  = 8   // uint32: metaMagic
@@ -55,7 +55,7 @@ const (
 	MaxAppMeta = minPageSize - metaFixedSize
 )
 
-// Page header: FORMAT.md §Page file, "Page header". These values are part of
+// Page header: FORMAT.md §2.4. These values are part of
 // the on-disk format; changing one requires a FormatVersion bump.
 const (
 	pgChecksum   = 0  // uint64: xxhash64 of bytes [8, pageSize)
@@ -69,7 +69,7 @@ const (
 	pageHeaderSize = 32
 )
 
-// db.free: FORMAT.md §Page file, "db.free".
+// db.free: FORMAT.md §2.5.
 const (
 	freeChecksum   = 0  // uint64: xxhash64 of bytes [8, end of file)
 	freeMagicOff   = 8  // uint32: freeMagic
@@ -89,7 +89,7 @@ const (
 	freeMagic = 0x4642444b // "KDBF"
 )
 
-// db.redo: FORMAT.md §Page file, "db.redo".
+// db.redo: FORMAT.md §2.6.
 const (
 	redoMagicOff   = 0  // uint32: redoMagic
 	redoVersion    = 4  // uint32: FormatVersion

@@ -34,7 +34,7 @@ type Range struct {
 // End returns the first page after the range.
 func (r Range) End() PageID { return r.Start + PageID(r.Len) }
 
-// pageHeader is a decoded page header (FORMAT.md §Page file, "Page header").
+// pageHeader is a decoded page header (FORMAT.md §2.4).
 type pageHeader struct {
 	id         PageID
 	typ        PageType

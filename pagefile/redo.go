@@ -42,7 +42,7 @@ func encodeRedoHead(storeID [16]byte, id CheckpointID, pageSize int, pageCount u
 
 // redoTrailer returns the trailer sealing head and the images: the
 // checksum is xxhash64 of the head followed by the xxhash64 of each image
-// (FORMAT.md §Page file, "db.redo"), so it can be computed in one streaming
+// (FORMAT.md §2.6), so it can be computed in one streaming
 // pass without holding the batch.
 func redoTrailer(head []byte, imageSums []byte) []byte {
 	t := make([]byte, redoTrailerSize)

@@ -13,8 +13,9 @@
 // (Options.Recovered). It must not know about the root package's API or
 // record formats, and does not import it.
 //
-// Concurrency: Run is called once, before the store is served; it starts no
-// goroutines of its own beyond the replay's, which end before it returns.
+// Concurrency: Run is called once, before the store is served. Replay runs
+// each chunk's index Update on a goroutine of its own (replay.go); none
+// outlives Run.
 //
 // Format: it writes nothing of its own (the lock file holds no bytes);
 // docs/FORMAT.md covers the files it reads.

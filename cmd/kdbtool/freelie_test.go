@@ -10,7 +10,7 @@ import (
 	"github.com/kdb-project/kdb/internal/checksum"
 )
 
-// lieFreeFile rewrites dir's db.free (FORMAT.md §2 "db.free") keeping its
+// lieFreeFile rewrites dir's db.free (FORMAT.md §2.5) keeping its
 // store ID, checkpoint ID and page count, so that Open trusts it, but
 // listing every data page [3, page count) as free, the live ones included.
 func lieFreeFile(t *testing.T, dir string) {

@@ -267,7 +267,7 @@ func inspectStore(dir string) (*inspectOut, error) {
 	}
 	out.Redo.WouldApply, out.Redo.Pages, out.Redo.Ignored = in.Redo.RedoApplied, in.Redo.RedoPages, in.Redo.RedoIgnored
 	// INVARIANT: pagefile reports an applied batch only through this text
-	// (see the report's API request for a RedoDone flag).
+	// (pagefile.Report has no field for it).
 	if in.Redo.RedoIgnored != "" && !strings.Contains(in.Redo.RedoIgnored, "already applied") {
 		out.Problems = append(out.Problems, problem{"warning", "redo", "db.redo ignored: " + in.Redo.RedoIgnored})
 	}

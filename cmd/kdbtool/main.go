@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 )
 
 // Exit codes shared by every subcommand.
@@ -66,7 +67,8 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'kdbtool <command> -h' for a command's flags.")
+	fmt.Fprintln(w, "\nRun 'kdbtool <command> -h' for a command's flags. Flags may come before or")
+	fmt.Fprintln(w, "after the arguments; -- ends the flags.")
 }
 
 // newFlags returns a FlagSet that reports usage errors instead of exiting.
@@ -81,13 +83,63 @@ func newFlags(name, argsUsage string, stderr io.Writer) *flag.FlagSet {
 }
 
 // parseFlags parses args and returns the exit code to use when parsing
-// stopped (help or a usage error), or -1 to go on.
+// stopped (help or a usage error), or -1 to go on. Flags may come before,
+// between or after the positional arguments (see interspersed); after
+// parsing, fs.Args holds the positional arguments in their order.
 func parseFlags(fs *flag.FlagSet, args []string) int {
-	if err := fs.Parse(args); err != nil {
+	if err := fs.Parse(interspersed(fs, args)); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return exitOK
 		}
 		return exitUsage
 	}
 	return -1
+}
+
+// interspersed reorders args so that the flag package, which stops at the
+// first non-flag argument, sees every flag: it returns the flags (each with
+// its value) first, then "--", then the positional arguments in their
+// order. A flag is an argument that starts with "-" or "--" and is not "-"
+// alone; "--" ends the flags (everything after it is positional). A flag
+// written as -name=value or --name=value carries its value; a known flag
+// that is not a boolean and has no "=" takes the next argument as its
+// value, whatever it looks like (as the flag package does). Unknown flags
+// are passed through for fs.Parse to reject with a usage error, as is a
+// non-boolean flag with no value left (then no "--" is added, so that
+// fs.Parse does not take "--" for its value).
+func interspersed(fs *flag.FlagSet, args []string) []string {
+	var flags, pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i+1:]...)
+			break
+		}
+		if len(a) < 2 || a[0] != '-' {
+			pos = append(pos, a)
+			continue
+		}
+		flags = append(flags, a)
+		name := strings.TrimPrefix(a[1:], "-")
+		if strings.Contains(name, "=") {
+			continue
+		}
+		f := fs.Lookup(name)
+		if f == nil || isBoolFlag(f) {
+			continue
+		}
+		if i+1 == len(args) {
+			return flags // "flag needs an argument" from fs.Parse
+		}
+		i++
+		flags = append(flags, args[i])
+	}
+	return append(append(flags, "--"), pos...)
+}
+
+// isBoolFlag reports whether f is set by its name alone (-json), the way
+// the flag package decides it.
+func isBoolFlag(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
 }
