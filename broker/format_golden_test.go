@@ -1,4 +1,4 @@
-package kdb
+package broker
 
 // Golden bytes of the broker's records (docs/FORMAT.md §5.6, "Examples").
 //
@@ -23,6 +23,7 @@ import (
 	"encoding/hex"
 	"flag"
 	"fmt"
+	"github.com/kdb-project/kdb"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -33,7 +34,7 @@ import (
 var updateBrokerGolden = flag.Bool("update-broker-golden", false, "rewrite testdata/format/broker-*.hex")
 
 const (
-	brokerGoldenDoc = "docs/FORMAT.md" // relative to the package directory
+	brokerGoldenDoc = "../docs/FORMAT.md" // relative to the package directory
 	brokerGoldenDir = "testdata/format"
 	goldenHexWidth  = 8*3 + 1 // 8 bytes per line ("xx " each), then a space
 )
@@ -61,12 +62,13 @@ type goldenPart struct {
 }
 
 type brokerGolden struct {
-	name      string // testdata/format/broker-<name>.hex; "broker-<name>:" opens its FORMAT.md block
-	title     string
-	tree, key []byte // where the store keeps it (nil tree: a key or tree name, not a stored value)
-	enc       func() []byte
-	parts     []goldenPart
-	decode    func(b []byte) error // reads the golden bytes back and compares with the input
+	name   string // testdata/format/broker-<name>.hex; "broker-<name>:" opens its FORMAT.md block
+	title  string
+	tree   string // the index of namespace "b" that keeps it ("": a key or tree name, not a stored value)
+	key    []byte
+	enc    func() []byte
+	parts  []goldenPart
+	decode func(b []byte) error // reads the golden bytes back and compares with the input
 }
 
 func brokerGoldens() []brokerGolden {
@@ -82,7 +84,7 @@ func brokerGoldens() []brokerGolden {
 	return []brokerGolden{
 		{
 			name: "tree-name", title: `the name of tree b/m/<id> for destination id 1 (b/h/, b/x/, b/p/, b/q/ alike)`,
-			enc:   func() []byte { return idTree(brokerMsgPrefix, 1) },
+			enc:   func() []byte { return []byte(Namespace + "/" + idTree(msgPrefix, 1)) },
 			parts: []goldenPart{{4, `"b/m/"`}, {8, "id 1, u64 big-endian"}},
 		},
 		{
@@ -97,7 +99,7 @@ func brokerGoldens() []brokerGolden {
 		},
 		{
 			name: "dest", title: `its value (destination record): id 1, nextSeq 2, 1 message of 21 bytes`,
-			tree: []byte(brokerDestsTree), key: ordersKey,
+			tree: destsTree, key: ordersKey,
 			enc: func() []byte {
 				return (&destRec{id: 1, nextSeq: 2, count: 1, nbytes: uint64(goldenMsgSize)}).encode()
 			},
@@ -112,7 +114,7 @@ func brokerGoldens() []brokerGolden {
 		},
 		{
 			name: "ctr", title: `b/ctr, key "ids": the next id is 4`,
-			tree: []byte(brokerCtrTree), key: []byte("ids"),
+			tree: ctrTree, key: []byte("ids"),
 			enc:    func() []byte { return u64(4) },
 			parts:  []goldenPart{{8, "4"}},
 			decode: func(b []byte) error { return want("ids", le.Uint64(b), uint64(4)) },
@@ -124,7 +126,7 @@ func brokerGoldens() []brokerGolden {
 		},
 		{
 			name: "sub", title: `its value: subscription id 3, start seq 1`,
-			tree: []byte(brokerSubsTree), key: subKey,
+			tree: subsTree, key: subKey,
 			// Subscribe builds the value inline, the same way.
 			enc:    func() []byte { return le.AppendUint64(u64(3), 1) },
 			parts:  []goldenPart{{8, "subscription id 3"}, {8, "start seq 1"}},
@@ -132,7 +134,7 @@ func brokerGoldens() []brokerGolden {
 		},
 		{
 			name: "message", title: `b/m/<1>, key seq 1: message m1 (producer "p" seq 7, properties b=2 a=1, body "hello")`,
-			tree: idTree(brokerMsgPrefix, 1), key: seqKey(1),
+			tree: idTree(msgPrefix, 1), key: seqKey(1),
 			enc: func() []byte { return encodeMessage(&goldenMsg) },
 			parts: []goldenPart{{1, "version 1"}, {3, `ID: length 2, "m1"`}, {2, `producer ID: length 1, "p"`},
 				{1, "producer seq 7"}, {1, "2 properties"}, {4, `"a" = "1" (key order)`}, {4, `"b" = "2"`},
@@ -147,7 +149,7 @@ func brokerGoldens() []brokerGolden {
 		},
 		{
 			name: "hdr", title: `b/h/<1>, key seq 1: its header: 1 reference, 21 bytes, ID "m1"`,
-			tree: idTree(brokerHdrPrefix, 1), key: seqKey(1),
+			tree: idTree(hdrPrefix, 1), key: seqKey(1),
 			enc:   func() []byte { return encodeHdr(1, goldenMsgSize, "m1") },
 			parts: []goldenPart{{4, "refs 1, u32"}, {4, "size 21, u32"}, {2, `ID "m1" (the rest)`}},
 			decode: func(b []byte) error {
@@ -160,21 +162,21 @@ func brokerGoldens() []brokerGolden {
 		},
 		{
 			name: "msgid", title: `b/x/<1>, key "m1": seq 1`,
-			tree: idTree(brokerIDPrefix, 1), key: []byte("m1"),
+			tree: idTree(idPrefix, 1), key: []byte("m1"),
 			enc:    func() []byte { return u64(1) },
 			parts:  []goldenPart{{8, "seq 1"}},
 			decode: func(b []byte) error { return want("seq", le.Uint64(b), uint64(1)) },
 		},
 		{
 			name: "producer", title: `b/p/<1>, key "p": producer sequence 7`,
-			tree: idTree(brokerProdPrefix, 1), key: []byte("p"),
+			tree: idTree(prodPrefix, 1), key: []byte("p"),
 			enc:    func() []byte { return u64(7) },
 			parts:  []goldenPart{{8, "7"}},
 			decode: func(b []byte) error { return want("producer seq", le.Uint64(b), uint64(7)) },
 		},
 		{
 			name: "tx", title: `b/tx, key "x1": send m2 (body "b") to queue orders, ack seq 1 of orders, ack seqs 1 and 200 of events for audit`,
-			tree: []byte(brokerTxTree), key: []byte("x1"),
+			tree: txTree, key: []byte("x1"),
 			enc: func() []byte { return encodeTx(goldenTxOps) },
 			parts: []goldenPart{{1, "version 1"}, {1, "3 ops"},
 				{1, "op 1: kind 1 (send)"}, {1, "destination kind 1 (queue)"}, {7, `destination: length 6, "orders"`},
@@ -316,11 +318,15 @@ func TestFormatGoldenBroker(t *testing.T) {
 // and reads every stored example back from its tree: the store writes
 // exactly the documented bytes.
 func TestFormatGoldenBrokerStore(t *testing.T) {
-	db, err := Open(t.TempDir(), &Options{CheckpointInterval: -1, Sync: UnsafeSyncNever})
+	kv, err := kdb.Open(t.TempDir(), &kdb.Options{CheckpointInterval: -1, Sync: kdb.UnsafeSyncNever})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
+	defer kv.Close()
+	db, err := Open(kv)
+	if err != nil {
+		t.Fatal(err)
+	}
 	m := goldenMsg
 	if _, err := db.Send(Queue, "orders", &m); err != nil {
 		t.Fatal(err)
@@ -357,13 +363,13 @@ func TestFormatGoldenBrokerStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := 0
-	err = db.View(func(s *Snapshot) error {
+	err = db.view(func(s snap) error {
 		for _, g := range brokerGoldens() {
-			if g.tree == nil {
+			if g.tree == "" {
 				continue
 			}
 			stored++
-			v, ok, err := s.rawGet(g.tree, g.key)
+			v, ok, err := s.get(g.tree, g.key)
 			if err != nil {
 				return err
 			}
