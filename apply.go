@@ -15,6 +15,9 @@ type applier struct {
 	tx      *index.Tx
 	refs    map[journal.SegmentID]refDelta
 	scratch []byte
+	// moved and stale count the compaction moves that took effect and
+	// those that found the key changed (nothing done).
+	moved, stale int
 }
 
 type refDelta struct{ count, bytes int64 }
@@ -54,6 +57,19 @@ func (a *applier) apply(ops []op, vals []journal.Location) error {
 			if err := t.Put(o.key, v); err != nil {
 				return err
 			}
+		case opMoveJournal:
+			if o.ref >= len(vals) {
+				return fmt.Errorf("%w: batch refers to value record %d of %d", ErrCorrupt, o.ref, len(vals))
+			}
+			ok, err := a.move(t, o, vals[o.ref])
+			if err != nil {
+				return err
+			}
+			if ok {
+				a.moved++
+			} else {
+				a.stale++
+			}
 		case opDelete:
 			if t == nil {
 				continue
@@ -85,6 +101,31 @@ func (a *applier) apply(ops []op, vals []journal.Location) error {
 		}
 	}
 	return nil
+}
+
+// move applies a compaction move: if key's value in t is still the
+// journal reference o.from (o.size bytes), it becomes a reference to the
+// copy at loc; otherwise (the key was overwritten, deleted or its tree
+// dropped since the compaction read it) nothing changes and the copy is
+// dead on arrival. The same rule runs in replay, on the same state, so a
+// recovery reproduces the outcome exactly.
+func (a *applier) move(t *index.Tree, o *op, loc journal.Location) (bool, error) {
+	if t == nil {
+		return false, nil
+	}
+	cur, ok, err := t.Get(o.key)
+	if err != nil || !ok {
+		return false, err
+	}
+	seg, size, isRef := decodeRefHeader(cur)
+	if !isRef || seg != o.from.Segment || size != o.size || int64(binary.LittleEndian.Uint64(cur[5:])) != o.from.Offset {
+		return false, nil
+	}
+	a.addRef(seg, -1, -int64(size))
+	v := appendRef(a.scratch[:0], loc, o.size)
+	a.addRef(loc.Segment, 1, int64(o.size))
+	a.scratch = v
+	return true, t.Put(o.key, v)
 }
 
 // unref drops the journal reference of key's current value, if it has one.
@@ -199,7 +240,7 @@ func (r *replayer) apply(tx *index.Tx, loc journal.Location, rec journal.Record)
 			return fmt.Errorf("%w: %s: %w", ErrCorrupt, loc, err)
 		}
 		for _, o := range ops {
-			if o.kind == opPutJournal && r.lens[o.ref] != o.size {
+			if (o.kind == opPutJournal || o.kind == opMoveJournal) && r.lens[o.ref] != o.size {
 				return fmt.Errorf("%w: %s: value record %s holds %d bytes, batch says %d", ErrCorrupt, loc, r.vals[o.ref], r.lens[o.ref], o.size)
 			}
 		}

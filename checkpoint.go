@@ -13,7 +13,10 @@ import (
 
 // Checkpoint writes every change applied so far into db.data (through
 // db.free and db.redo) and then removes the journal segments nobody needs.
-// Reads and writes go on meanwhile. On return the checkpoint is durable.
+// If the segments kept only for a few live values are mostly dead, it then
+// copies those values forward (see Compact), so that the next checkpoint
+// removes them. Reads and writes go on meanwhile. On return the checkpoint
+// is durable.
 func (db *DB) Checkpoint() error {
 	db.mu.Lock()
 	err := db.writableLocked()
@@ -21,7 +24,16 @@ func (db *DB) Checkpoint() error {
 	if err != nil {
 		return err
 	}
-	return db.checkpoint()
+	if err := db.checkpoint(); err != nil {
+		return err
+	}
+	if db.nested("Checkpoint") != nil {
+		// Inside an Update's or a Submit's function the moves would wait
+		// for it: the compactor runs them once it returns.
+		db.kickCompactor()
+		return nil
+	}
+	return db.compactAfterCheckpoint()
 }
 
 // checkpoint takes a checkpoint: see docs/DESIGN.md, "Checkpoints". The index's writer
@@ -293,6 +305,8 @@ func (db *DB) checkpointer() {
 		}
 		if err := db.checkpoint(); err != nil {
 			db.opts.Logger.Error("kdb: background checkpoint failed", "err", err)
+			continue
 		}
+		db.kickCompactor()
 	}
 }

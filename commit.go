@@ -89,11 +89,15 @@ type commitQueue struct {
 
 // commit journals ops, waits until they are durable and applied, and
 // returns. The caller must hold db.writeMu (shared or exclusive).
-func (db *DB) commit(ops []op) error {
+func (db *DB) commit(ops []op) error { return db.commitAsync(ops, false) }
+
+// commitAsync is commit; with async, it waits until ops are applied, not
+// until they are durable (see commitReq.async).
+func (db *DB) commitAsync(ops []op, async bool) error {
 	if err := db.lockTx("a write"); err != nil {
 		return err
 	}
-	req, err := db.submit(ops, false)
+	req, err := db.submit(ops, async)
 	db.txMu.Unlock()
 	if err != nil {
 		return err

@@ -2,6 +2,8 @@ package kdb
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"sync"
 	"sync/atomic"
 
@@ -9,24 +11,25 @@ import (
 	"github.com/kdb-project/kdb/journal"
 )
 
-// Journal compaction for the broker trees.
+// Journal compaction (docs/DESIGN.md "Space: compaction and the factor").
 //
-// A message body kept in the journal pins its segment: journal GC removes
-// only segments that no live value refers to. When a few messages are never
-// acked, each would keep a whole segment alive. Compaction rewrites the live
-// values of sparsely used segments forward: the same key is put again with
-// the same bytes, so the value gets a new record in the active segment and
-// the applier drops the old reference; the next checkpoint's GC removes the
-// segment.
+// A value kept in the journal pins its segment: journal GC removes only a
+// prefix of the journal, up to the oldest segment a live value is in. One
+// value written once and never rewritten would keep every later segment
+// forever. Compaction copies the live values of sparsely used segments
+// forward: each gets a new value record in the active segment and the index
+// is pointed at it; the next checkpoint's GC removes the old segments.
 //
-// Journal GC removes a prefix of the journal: the segments before both the
-// last checkpoint's replay position and the oldest segment holding a live
-// value. The segments it keeps before the replay position are "pinned". When
-// the live values in them take less than 1/compactFactor of their size, a
-// compaction pass moves all of those values forward, and the next checkpoint
-// removes every pinned segment. Values written since the compaction pass
-// (at most one checkpoint interval of journal) stay pinned until the next
-// pass, after the next checkpoint. So:
+// Which segments: those journal GC keeps before the last checkpoint's
+// replay position ("pinned"). When the live values in them take less than
+// 1/compactFactor of their size, a pass moves all of those values forward,
+// and the next checkpoint removes every pinned segment. A pass runs after a
+// checkpoint, at most once per replay segment (the set of pinned segments
+// changes only when the replay position enters a new segment), and a pass
+// that moved values takes a second checkpoint at once, whose GC removes
+// the segments they left. Values written since the pass (at most one
+// checkpoint interval of journal) stay pinned until the next pass, after
+// the next checkpoint. So, right after a checkpoint:
 //
 //	pinned  <= compactFactor × live + CheckpointBytes + 2 × SegmentSize
 //	journal <= compactFactor × live + 3 × CheckpointBytes + 3 × SegmentSize
@@ -34,72 +37,113 @@ import (
 // (the journal written since the last checkpoint is about CheckpointBytes,
 // more while a checkpoint runs: writes go on meanwhile, hence the third;
 // CheckpointBytes stands for the journal between two checkpoints, which
-// grows if checkpoints lag behind the writers),
-// where live is the bytes of the live values kept in the journal. With
-// much live data the journal stays within compactFactor (4) times it; with
-// little, within a constant of two checkpoint intervals. The space test
-// (broker_space_test.go) measures both.
+// grows if checkpoints lag behind the writers), where live is the bytes of
+// the live values kept in the journal. With much live data the journal
+// stays within compactFactor (4) times it; with little, within a constant
+// of about three checkpoint intervals.
 //
-// Only the broker's trees ("b/") are compacted: their writers are
-// serialized by the broker lock, which compaction takes (draining the
-// batches in flight), so a value it rewrites cannot be changed under it.
-// Values of user indexes (Write, Update) are not moved.
+// Every tree is compacted (user indexes, namespaces such as the broker's),
+// and no writer is held up: a pass reads the values to move in a View,
+// then commits them as ordinary batches of opMoveJournal operations, which
+// queue with everyone's writes. A move names the journal reference it
+// replaces and takes effect only if the key still has it when the batch is
+// applied (in journal order, the same on the live path and in replay): a
+// key written, deleted or dropped since the pass read it keeps its new
+// state, and the copy is dead on arrival. A move changes no value's bytes,
+// so it is not entered in the in-flight overlay (ordered.go): a Submit reads
+// the same bytes before and after it. Moves are journaled without an fsync
+// of their own (as AckAsync's acks are): a crash that loses one loses
+// nothing, since the value it copied is still where the index points, and
+// the checkpoint that lets GC remove that segment syncs the journal first.
 const compactFactor = 4
-
-// compactPrefix: the trees compaction moves values of (the broker
-// package's namespace).
-const compactPrefix = "b/"
 
 // compaction is the state of journal compaction.
 type compaction struct {
-	commits     atomic.Uint64
-	compactions atomic.Uint64
-	movedValues atomic.Uint64
-	compactMu   sync.Mutex
-	compactedAt atomic.Int64 // journal segment of the replay position at the last compaction pass
+	compactions atomic.Uint64 // passes that moved values
+	movedValues atomic.Uint64 // values copied forward (a stale copy included)
+	// mu serializes passes.
+	mu sync.Mutex
+	// doneAt is the journal segment of the replay position at the last
+	// pass after a checkpoint.
+	doneAt atomic.Uint32
+	kick   chan struct{} // buffered(1): a checkpoint finished
 }
 
-// compactEvery is how many broker writes pass between two looks at whether
-// compaction is due; a pass runs at most once per checkpoint (per replay
-// segment).
-const compactEvery = 16
+// compactMoveBytes bounds the value bytes of one batch of moves, so that a
+// writer whose batch shares its group waits little for it.
+const compactMoveBytes = 1 << 20
 
-// maybeCompact runs a compaction pass if one is due. The caller must hold
-// no lock of the DB.
-func (db *DB) maybeCompact() {
-	b := &db.compaction
-	if b.commits.Add(1)%compactEvery != 0 {
-		return
+// compactor runs a compaction pass after each checkpoint if one is due.
+func (db *DB) compactor() {
+	defer db.wg.Done()
+	for {
+		select {
+		case <-db.quit:
+			return
+		case <-db.compaction.kick:
+		}
+		if err := db.compactAfterCheckpoint(); err != nil && db.Err() == nil {
+			db.opts.Logger.Error("kdb: journal compaction failed", "err", err)
+		}
 	}
+}
+
+// kickCompactor wakes the compactor without waiting.
+func (db *DB) kickCompactor() {
+	select {
+	case db.compaction.kick <- struct{}{}:
+	default:
+	}
+}
+
+// compactAfterCheckpoint runs the pass due after the last checkpoint, unless
+// one ran for its replay segment already.
+func (db *DB) compactAfterCheckpoint() error {
+	c := &db.compaction
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	db.mu.Lock()
-	ck := int64(db.mu.ckApplied.Segment)
+	ck := uint32(db.mu.ckApplied.Segment)
 	db.mu.Unlock()
-	if b.compactedAt.Load() == ck || !b.compactMu.TryLock() {
-		return
+	if c.doneAt.Load() == ck {
+		return nil
 	}
-	defer b.compactMu.Unlock()
-	b.compactedAt.Store(ck)
-	if _, err := db.compact(); err != nil && db.Err() == nil {
-		db.opts.Logger.Error("kdb: broker compaction failed", "err", err)
+	c.doneAt.Store(ck)
+	n, err := db.compact()
+	if errors.Is(err, ErrClosed) {
+		return nil
 	}
+	if err != nil || n == 0 {
+		return err
+	}
+	// The moved values' old segments go now rather than a checkpoint
+	// interval later: this checkpoint is small (the moves touched only
+	// their keys' leaves) and keeps the journal within the bound with the
+	// live data of now, not that of the last pass.
+	return db.checkpoint()
 }
 
-// Compact moves the live broker values out of sparsely used journal
-// segments (see compactFactor) and returns how many it moved. Writes go on
-// meanwhile, except broker writes during each of its batches. On return
-// (nil) the moves are durable; the segments are removed by the next
-// checkpoint.
+// Compact moves the live values out of sparsely used journal segments (see
+// docs/DESIGN.md, "Space: compaction and the factor") and returns how many
+// it copied. A pass also runs by itself after each checkpoint; Compact is
+// for a caller that wants one now. Writes go on meanwhile. On return (nil)
+// the moves are applied and durable; the next checkpoint removes the
+// segments.
 func (db *DB) Compact() (int, error) {
-	db.compaction.compactMu.Lock()
-	defer db.compaction.compactMu.Unlock()
-	return db.compact()
+	db.compaction.mu.Lock()
+	defer db.compaction.mu.Unlock()
+	n, err := db.compact()
+	if err == nil && n > 0 {
+		err = wrapErr(db.j.Sync())
+	}
+	return n, err
 }
 
-// compactCandidates returns the segments journal GC keeps (those wholly
-// before the last checkpoint's replay position: GC removes a prefix of the
-// journal, up to the oldest segment a live value is in) when the live values
-// in them take less than 1/compactFactor of their size; else none.
-func (db *DB) compactCandidates() (map[journal.SegmentID]bool, error) {
+// compactCandidates returns the segments journal GC keeps before the last
+// checkpoint's replay position, and how many live values are in them, when
+// those values take less than 1/compactFactor of the segments' size; else
+// none.
+func (db *DB) compactCandidates() (map[journal.SegmentID]bool, int64, error) {
 	db.mu.Lock()
 	limit := db.mu.ckApplied.Segment
 	db.mu.Unlock()
@@ -112,9 +156,9 @@ func (db *DB) compactCandidates() (map[journal.SegmentID]bool, error) {
 		}
 	}
 	if len(cands) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
-	var live int64
+	var live, count int64
 	err := db.ix.View(func(tx *index.Tx) error {
 		t := tx.Tree([]byte(segRefsTree))
 		if t == nil {
@@ -127,71 +171,106 @@ func (db *DB) compactCandidates() (map[journal.SegmentID]bool, error) {
 		for seg, r := range refs {
 			if cands[seg] {
 				live += int64(r.bytes)
+				count += int64(r.count)
 			}
 		}
 		return nil
 	})
-	if err != nil || live*compactFactor >= total {
-		return nil, wrapErr(err)
+	if err != nil || count == 0 || live*compactFactor >= total {
+		return nil, 0, wrapErr(err)
 	}
-	return cands, nil
+	return cands, count, nil
 }
 
+// compact runs one pass: it scans every tree (the engine's own excepted)
+// in Views of at most compactMoveBytes of values to move each, and commits
+// each chunk as one batch of moves. The caller holds compaction.mu.
 func (db *DB) compact() (int, error) {
-	cands, err := db.compactCandidates()
+	cands, want, err := db.compactCandidates()
 	if err != nil || len(cands) == 0 {
 		return 0, err
 	}
-	moved := 0
-	budget := db.maxGroup / 4
-	for more := true; more; {
-		more = false
-		err := db.update(compactPrefix, func(w *Txn) error {
-			names, err := w.s.tx.Trees()
+	budget := min(compactMoveBytes, db.maxGroup/4)
+	recBudget := db.maxRecord / 2
+	var (
+		moved, found int64
+		tree, from   []byte // where the next chunk resumes: key `from` of tree
+		done         bool
+	)
+	for !done && found < want {
+		var ops []op
+		err := db.view(userTreePrefix, func(s *Snapshot) error {
+			names, err := s.tx.Trees()
 			if err != nil {
 				return err
 			}
-			size := 0
+			size, rec := 0, 0
 			for _, name := range names {
-				if !bytes.HasPrefix(name, []byte(compactPrefix)) {
+				if bytes.HasPrefix(name, []byte(engineTreePrefix)) || bytes.Compare(name, tree) < 0 {
 					continue
 				}
-				c := w.s.tx.Tree(name).Cursor()
-				for k, v, ok := c.First(); ok; k, v, ok = c.Next() {
+				t := s.tx.Tree(name)
+				if t == nil {
+					continue
+				}
+				c := t.Cursor()
+				k, v, ok := c.First()
+				if bytes.Equal(name, tree) {
+					k, v, ok = c.Seek(from)
+				}
+				for ; ok; k, v, ok = c.Next() {
 					seg, n, isRef := decodeRefHeader(v)
 					if !isRef || !cands[seg] {
 						continue
 					}
-					if size+n > budget && size > 0 {
-						more = true
+					opSize := len(name) + len(k) + 32
+					if size > 0 && (size+n > budget || rec+opSize > recBudget) {
+						tree, from = bytes.Clone(name), bytes.Clone(k)
 						return nil
 					}
 					val, err := db.resolve(v)
 					if err != nil {
 						return err
 					}
-					if err := w.Put(string(name[len(compactPrefix):]), k, val); err != nil {
-						return err
-					}
-					size += n + len(k) + 64
-					moved++
+					ops = append(ops, op{kind: opMoveJournal, tree: bytes.Clone(name), key: bytes.Clone(k), value: val,
+						from: journal.Location{Segment: seg, Offset: int64(binary.LittleEndian.Uint64(v[5:]))}})
+					size += n + 64
+					rec += opSize
+					found++
 				}
 				if err := c.Err(); err != nil {
 					return err
 				}
 			}
+			done = true
 			return nil
 		})
 		if err != nil {
-			return moved, err
+			return int(moved), err
 		}
+		if len(ops) == 0 {
+			break
+		}
+		if err := db.commitMoves(ops); err != nil {
+			return int(moved), err
+		}
+		moved += int64(len(ops))
+		db.compaction.movedValues.Add(uint64(len(ops)))
 	}
 	if moved > 0 {
 		db.compaction.compactions.Add(1)
-		db.compaction.movedValues.Add(uint64(moved))
-		db.kickCheckpoint()
 	}
-	return moved, nil
+	return int(moved), nil
+}
+
+// commitMoves journals a batch of moves without an fsync of its own and
+// waits until it is applied.
+func (db *DB) commitMoves(ops []op) error {
+	if err := db.rlockWrite("Compact"); err != nil {
+		return err
+	}
+	defer db.writeMu.RUnlock()
+	return db.commitAsync(ops, true)
 }
 
 // pinned returns the journal segments wholly before the last checkpoint's

@@ -122,6 +122,7 @@ func open(dir string, opts *Options) (*DB, error) {
 		ckKick: make(chan struct{}, 1),
 		quit:   make(chan struct{}),
 	}
+	db.compaction.kick = make(chan struct{}, 1)
 	db.mu.ckDone = sync.NewCond(&db.mu.Mutex)
 	db.maxRecord = int(min(16<<20, o.SegmentSize/4))
 	db.maxGroup = int(o.SegmentSize / 2)
@@ -153,8 +154,9 @@ func open(dir string, opts *Options) (*DB, error) {
 	}
 	o.Logger.Info("kdb: recovered", db.mu.recovery.logAttrs()...)
 	if !o.ReadOnly {
-		db.wg.Add(1)
+		db.wg.Add(2)
 		go db.checkpointer()
+		go db.compactor()
 		if rep.NeedsCheckpoint && !rep.Checkpointed {
 			db.kickCheckpoint() // see Options.CheckpointBeforeServing
 		}
@@ -436,8 +438,11 @@ func (db *DB) encode(ops []op) (*commitReq, error) {
 	nvals := 0
 	for i := range req.ops {
 		o := &req.ops[i]
-		if o.kind == opPut && db.opts.ValueThreshold >= 0 && len(o.value) > db.opts.ValueThreshold {
-			o.kind, o.ref, o.size = opPutJournal, nvals, len(o.value)
+		if (o.kind == opPut && db.opts.ValueThreshold >= 0 && len(o.value) > db.opts.ValueThreshold) || o.kind == opMoveJournal {
+			if o.kind == opPut {
+				o.kind = opPutJournal
+			}
+			o.ref, o.size = nvals, len(o.value)
 			nvals++
 			req.recs = append(req.recs, journal.Record{Type: recValue, Payload: o.value})
 			req.size += len(o.value) + 64

@@ -26,12 +26,14 @@
 // only once it is durable, except a transaction marked NoSync, which is
 // seen once applied.
 //
-// Lock order: DB.writeMu → DB.txMu → the commit queue's locks (cq.mu, then
-// cq.ap) → the in-flight overlay's fl.mu → DB.mu → the journal's, index's
-// and page file's own locks. The View registry's lock (views.mu) and the
-// commit queue's async timer lock are leaves. No lock is held across an
-// fsync except writeMu (shared, by Write while its batch commits; exclusive,
-// by Update and Close) and ckMu (one checkpoint at a time).
+// Lock order: compaction.mu → DB.writeMu → DB.txMu → the commit queue's
+// locks (cq.mu, then cq.ap) → the in-flight overlay's fl.mu → DB.mu → the
+// journal's, index's and page file's own locks; compaction.mu → ckMu. The
+// View registry's lock (views.mu) and the commit queue's async timer lock
+// are leaves. No lock is held across an fsync except writeMu (shared, by
+// Write while its batch commits; exclusive, by Update and Close), ckMu (one
+// checkpoint at a time) and compaction.mu (one compaction pass at a time,
+// which commits its moves and takes a checkpoint while holding it).
 //
 // See docs/DESIGN.md for how it works and docs/FORMAT.md for every byte it
 // writes.

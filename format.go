@@ -19,6 +19,10 @@ const (
 	opPutJournal = 2 // put whose value is the k-th value record before this batch record
 	opDelete     = 3 // delete a key
 	opDropTree   = 4 // drop a whole tree
+	// opMoveJournal: compaction's move: put the k-th value record as the
+	// key's value, but only if the key's value is still the journal
+	// reference it names (same segment, offset and size); else nothing.
+	opMoveJournal = 5
 )
 
 // Index values, FORMAT.md §5.3: the first byte says where the value is.
@@ -31,6 +35,7 @@ const (
 // Tree names, FORMAT.md §5.4. User indexes are prefixed so that the engine's
 // own trees can never collide with them.
 const (
-	userTreePrefix = "u/"        // + the index name
-	segRefsTree    = "k/segrefs" // journal segment (u32 big-endian) -> live values in it (u64 LE), bytes (u64 LE)
+	userTreePrefix   = "u/"        // + the index name
+	engineTreePrefix = "k/"        // the engine's own trees
+	segRefsTree      = "k/segrefs" // journal segment (u32 big-endian) -> live values in it (u64 LE), bytes (u64 LE)
 )

@@ -202,9 +202,6 @@ func (c *Commit) Wait() error {
 			// Transactions submitted after this one read its writes.
 			c.err = c.db.fail(fmt.Errorf("ordered commit not applied: %w", c.err))
 		}
-		if c.err == nil {
-			c.db.maybeCompact()
-		}
 	})
 	return c.err
 }

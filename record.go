@@ -3,6 +3,9 @@ package kdb
 import (
 	"encoding/binary"
 	"fmt"
+	"math"
+
+	"github.com/kdb-project/kdb/journal"
 )
 
 // op is one operation of a batch, as journaled.
@@ -10,9 +13,12 @@ type op struct {
 	kind  byte
 	tree  []byte // full tree name (prefix included)
 	key   []byte
-	value []byte // opPut: the value; opPutJournal: the value, before journaling only
-	ref   int    // opPutJournal: index of its value record among the batch's
-	size  int    // opPutJournal: the value's length, checked against its record
+	value []byte // opPut: the value; opPutJournal, opMoveJournal: the value, before journaling only
+	ref   int    // opPutJournal, opMoveJournal: index of its value record among the batch's
+	size  int    // opPutJournal, opMoveJournal: the value's length, checked against its record
+	// from: opMoveJournal: the value record the key's value must still be
+	// (with the same size) for the move to take effect.
+	from journal.Location
 }
 
 // encodedBatchSize returns the size of the batch record payload for ops:
@@ -30,6 +36,9 @@ func encodedBatchSize(ops []op) int {
 			n += uvarintLen(uint64(len(o.value))) + len(o.value)
 		case opPutJournal:
 			n += uvarintLen(uint64(o.ref)) + uvarintLen(uint64(o.size))
+		case opMoveJournal:
+			n += uvarintLen(uint64(o.ref)) + uvarintLen(uint64(o.size)) +
+				uvarintLen(uint64(o.from.Segment)) + uvarintLen(uint64(o.from.Offset))
 		}
 	}
 	return n
@@ -62,9 +71,13 @@ func encodeBatch(dst []byte, ops []op) []byte {
 		case opPut:
 			dst = binary.AppendUvarint(dst, uint64(len(o.value)))
 			dst = append(dst, o.value...)
-		case opPutJournal:
+		case opPutJournal, opMoveJournal:
 			dst = binary.AppendUvarint(dst, uint64(o.ref))
 			dst = binary.AppendUvarint(dst, uint64(o.size))
+			if o.kind == opMoveJournal {
+				dst = binary.AppendUvarint(dst, uint64(o.from.Segment))
+				dst = binary.AppendUvarint(dst, uint64(o.from.Offset))
+			}
 		}
 	}
 	return dst
@@ -97,10 +110,17 @@ func decodeBatch(b []byte, nvalues int) ([]op, error) {
 			o.value = d.bytes(d.uvarint())
 		case opDelete:
 			o.key = d.bytes(d.uvarint())
-		case opPutJournal:
+		case opPutJournal, opMoveJournal:
 			o.key = d.bytes(d.uvarint())
 			ref := d.uvarint()
 			size := d.uvarint()
+			if o.kind == opMoveJournal {
+				seg, off := d.uvarint(), d.uvarint()
+				if d.err == nil && (seg == 0 || seg > math.MaxUint32 || off > math.MaxInt64) {
+					return nil, fmt.Errorf("batch record: op %d: moves from segment %d offset %d", i, seg, off)
+				}
+				o.from = journal.Location{Segment: journal.SegmentID(seg), Offset: int64(off)}
+			}
 			if d.err == nil && (ref != uint64(nextRef) || ref >= uint64(nvalues)) {
 				return nil, fmt.Errorf("batch record: op %d refers to value record %d, want %d of %d", i, ref, nextRef, nvalues)
 			}

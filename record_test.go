@@ -2,7 +2,10 @@ package kdb
 
 import (
 	"bytes"
+	"reflect"
 	"testing"
+
+	"github.com/kdb-project/kdb/journal"
 )
 
 // TestEncodeBatch_SizeIsExact: encodedBatchSize predicts encodeBatch's
@@ -25,6 +28,8 @@ func TestEncodeBatch_SizeIsExact(t *testing.T) {
 			{kind: opPutJournal, tree: []byte("u/a"), key: []byte("k"), ref: 0, size: 700},
 			{kind: opDelete, tree: []byte("u/b"), key: []byte("x")},
 			{kind: opDropTree, tree: []byte("u/c")},
+			{kind: opMoveJournal, tree: []byte("u/d"), key: []byte("m"), ref: 1, size: 900,
+				from: journal.Location{Segment: 1 << 20, Offset: 1<<35 + 3}},
 		}},
 	}
 	for _, tc := range tests {
@@ -42,5 +47,30 @@ func TestEncodeBatch_SizeIsExact(t *testing.T) {
 	}
 	if n, enc := encodedBatchSize(many), encodeBatch(nil, many); n != len(enc) {
 		t.Fatalf("200 ops: encodedBatchSize = %d, encoded %d bytes", n, len(enc))
+	}
+}
+
+// A move survives its encoding: kind, key, value reference and the
+// reference it replaces; a move from segment 0 (which never exists) is
+// corruption.
+func TestDecodeBatch_Move(t *testing.T) {
+	ops := []op{
+		{kind: opPutJournal, tree: []byte("u/a"), key: []byte("k"), ref: 0, size: 700},
+		{kind: opMoveJournal, tree: []byte("b/m"), key: []byte("x"), ref: 1, size: 513,
+			from: journal.Location{Segment: 7, Offset: 4096}},
+	}
+	got, err := decodeBatch(encodeBatch(nil, ops), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, ops) {
+		t.Fatalf("decoded %+v, want %+v", got, ops)
+	}
+	bad := []op{{kind: opMoveJournal, tree: []byte("u/a"), key: []byte("k"), ref: 0, size: 1}}
+	if _, err := decodeBatch(encodeBatch(nil, bad), 1); err == nil {
+		t.Fatal("a move from segment 0 decoded")
+	}
+	if _, err := decodeBatch(encodeBatch(nil, ops), 1); err == nil {
+		t.Fatal("a move's value record beyond the batch's decoded")
 	}
 }

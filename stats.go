@@ -51,9 +51,10 @@ type Stats struct {
 	// PinnedSegments and PinnedBytes are the journal segments wholly
 	// before the last checkpoint's replay position, kept only because a
 	// live value (a message body never acked, for instance) is in them or
-	// in an older one, and their size on disk. Compactions counts the broker compaction
-	// passes that moved values (CompactedValues of them) out of sparsely
-	// used segments; see compact.go.
+	// in an older one, and their size on disk. Compactions counts the
+	// journal compaction passes that moved values (CompactedValues of them,
+	// including copies found stale when applied) out of sparsely used
+	// segments; see compact.go.
 	PinnedSegments  int
 	PinnedBytes     int64
 	Compactions     uint64

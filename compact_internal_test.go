@@ -1,0 +1,156 @@
+package kdb
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"testing"
+
+	"github.com/kdb-project/kdb/index"
+	"github.com/kdb-project/kdb/journal"
+	"github.com/kdb-project/kdb/vfs"
+)
+
+// indexRef returns the journal reference that key of user index ix holds.
+func indexRef(t *testing.T, db *DB, ix, key string) (journal.Location, bool) {
+	t.Helper()
+	var loc journal.Location
+	var found bool
+	err := db.ix.View(func(tx *index.Tx) error {
+		tr := tx.Tree(treeName(userTreePrefix, ix))
+		if tr == nil {
+			return nil
+		}
+		v, ok, err := tr.Get([]byte(key))
+		if err != nil || !ok {
+			return err
+		}
+		seg, _, isRef := decodeRefHeader(v)
+		if !isRef {
+			t.Fatalf("%s/%s is not in the journal", ix, key)
+		}
+		loc, found = journal.Location{Segment: seg, Offset: int64(binary.LittleEndian.Uint64(v[5:]))}, true
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return loc, found
+}
+
+// A move takes effect only while the key still holds the reference it
+// names: a key overwritten, deleted or whose index was dropped since keeps
+// its state (and a dropped index is not brought back), live and when the
+// journal is replayed after a power loss.
+func TestMove_OnlyFromTheReferenceItNames(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	db, err := Open("/db", &Options{FS: fs, SegmentSize: 64 << 10, CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, v2 := bytes.Repeat([]byte("1"), 700), bytes.Repeat([]byte("2"), 700)
+	put := func(ix, k string, v []byte) {
+		if err := db.Put(ix, []byte(k), v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The store's first record: "first"'s value at offset 64 of segment 1.
+	// Its overwrites rotate the journal until one lands at offset 64 of a
+	// later segment: a move must tell the two apart by segment.
+	put("a", "first", v1)
+	firstOld, _ := indexRef(t, db, "a", "first")
+	for i := 0; ; i++ {
+		put("a", "first", v2)
+		if now, _ := indexRef(t, db, "a", "first"); now.Offset == firstOld.Offset && now.Segment != firstOld.Segment {
+			break
+		}
+		if i == 1000 {
+			t.Fatal("no overwrite landed at the first record's offset")
+		}
+	}
+	put("a", "over", v1)
+	overOld, _ := indexRef(t, db, "a", "over")
+	put("a", "over", v2)
+	put("a", "del", v1)
+	delOld, _ := indexRef(t, db, "a", "del")
+	if err := db.Delete("a", []byte("del")); err != nil {
+		t.Fatal(err)
+	}
+	put("d", "gone", v1)
+	goneOld, _ := indexRef(t, db, "d", "gone")
+	b := NewBatch()
+	b.DropIndex("d")
+	if err := db.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	put("a", "kept", v1)
+	keptOld, _ := indexRef(t, db, "a", "kept")
+	// Checkpoint, so that the moves below are replayed after the crash.
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	move := func(ix, k string, v []byte, from journal.Location) op {
+		return op{kind: opMoveJournal, tree: treeName(userTreePrefix, ix), key: []byte(k), value: v, from: from}
+	}
+	if err := db.commitMoves([]op{
+		move("a", "first", v1, firstOld),
+		move("a", "over", v1, overOld),
+		move("a", "del", v1, delOld),
+		move("d", "gone", v1, goneOld),
+		move("a", "kept", v1, keptOld),
+		move("a", "kept", v1, keptOld), // the second finds the first's copy: stale
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.j.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	check := func(db *DB, when string) {
+		t.Helper()
+		if v, err := db.Get("a", []byte("first")); err != nil || !bytes.Equal(v, v2) {
+			t.Fatalf("%s: key overwritten at the same offset of another segment: %.4q, %v", when, v, err)
+		}
+		if v, err := db.Get("a", []byte("over")); err != nil || !bytes.Equal(v, v2) {
+			t.Fatalf("%s: overwritten key: %.4q, %v", when, v, err)
+		}
+		if _, err := db.Get("a", []byte("del")); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("%s: deleted key: %v", when, err)
+		}
+		if _, err := db.Get("d", []byte("gone")); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("%s: dropped index: %v", when, err)
+		}
+		if err := db.View(func(s *Snapshot) error {
+			if ok, err := s.Exists("d"); err != nil || ok {
+				t.Fatalf("%s: dropped index exists again (%v)", when, err)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if v, err := db.Get("a", []byte("kept")); err != nil || !bytes.Equal(v, v1) {
+			t.Fatalf("%s: moved key: %.4q, %v", when, v, err)
+		}
+		if now, _ := indexRef(t, db, "a", "kept"); now == keptOld {
+			t.Fatalf("%s: the unchanged key was not moved", when)
+		}
+		if _, err := db.Check(); err != nil {
+			t.Fatalf("%s: %v", when, err)
+		}
+	}
+	check(db, "live")
+	img := fs.CrashClone(vfs.CrashOptions{})
+	db2, err := Open("/db", &Options{FS: img, SegmentSize: 64 << 10, CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := db2.Recovery(); r.RecordsReplayed == 0 {
+		t.Fatalf("nothing replayed: %+v", r)
+	}
+	check(db2, "replayed")
+	if err := db2.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
