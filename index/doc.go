@@ -17,5 +17,12 @@
 // pagefile.PrepareCheckpoint; the I/O runs without it, so Views and Updates go
 // on. See docs/DESIGN.md, "Index".
 //
+// Files: store.go (Store: View, Update, checkpoints), tx.go (Tx: node
+// access, copy-on-write, commit and rollback), btree.go (descent, insertion
+// with splits, removal with merges, freeing trees and chains), catalog.go
+// (the catalog tree and a Tx's tree handles), tree.go (Tree: Get, Put,
+// Delete), cursor.go, node.go (the node page codec), chain.go (overflow and
+// pending-free chains), check.go.
+//
 // Format: docs/FORMAT.md §3 "Index pages".
 package index
