@@ -17,7 +17,8 @@
 // pagefile.PrepareCheckpoint; the I/O runs without it, so Views and Updates go
 // on. See docs/DESIGN.md, "Index".
 //
-// Files: store.go (Store: View, Update, checkpoints), tx.go (Tx: node
+// Files: store.go (Store: View, Update, checkpoints; checkpoint_with.go),
+// pager.go (what it needs of the page file), tx.go (Tx: node
 // access, copy-on-write, commit and rollback), btree.go (descent, insertion
 // with splits, removal with merges, freeing trees and chains), catalog.go
 // (the catalog tree and a Tx's tree handles), tree.go (Tree: Get, Put,
