@@ -38,7 +38,7 @@ import (
 // where live is the bytes of the live values kept in the journal. With
 // much live data the journal stays within compactFactor (4) times it; with
 // little, within a constant of two checkpoint intervals. The space test
-// (broker_space_test.go) measures both.
+// (broker/broker_space_test.go) measures both.
 //
 // Only the broker's trees ("b/") are compacted: their writers are
 // serialized by the broker lock, which compaction takes (draining the
