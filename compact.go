@@ -40,7 +40,8 @@ import (
 // grows if checkpoints lag behind the writers), where live is the bytes of
 // the live values kept in the journal. With much live data the journal
 // stays within compactFactor (4) times it; with little, within a constant
-// of about three checkpoint intervals.
+// of about three checkpoint intervals. The space tests measure both
+// (compact_test.go; broker/broker_space_test.go for the broker's shape).
 //
 // Every tree is compacted (user indexes, namespaces such as the broker's),
 // and no writer is held up: a pass reads the values to move in a View,

@@ -38,27 +38,6 @@ func FuzzDecodeBatch(f *testing.F) {
 	})
 }
 
-func FuzzDecodeMessage(f *testing.F) {
-	f.Add(encodeMessage(&Message{ID: "m-1", ProducerID: "p", ProducerSeq: 7, Properties: map[string]string{"a": "b"}, Body: []byte("body")}))
-	f.Add([]byte{brokerMsgVersion, 0xff, 0xff, 0xff, 0xff, 0x0f})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if _, err := decodeMessage(b); err != nil && !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("error not ErrCorrupt: %v", err)
-		}
-	})
-}
-
-func FuzzDecodeTx(f *testing.F) {
-	f.Add(encodeTx([]txOp{{kind: txSend, dk: Queue, dest: "q", msg: &Message{ID: "m", Body: []byte("x")}},
-		{kind: txAck, dk: Queue, dest: "q", seqs: []uint64{1, 2}}}))
-	f.Add([]byte{brokerTxVersion, 0xff, 0xff, 0xff, 0xff, 0x0f})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if _, err := decodeTx(b); err != nil && !errors.Is(err, ErrCorrupt) {
-			t.Fatalf("error not ErrCorrupt: %v", err)
-		}
-	})
-}
-
 func FuzzDecodeAppMeta(f *testing.F) {
 	f.Add(appMeta{replayBps: 1 << 20}.encode())
 	f.Add([]byte{1, 2, 3})

@@ -12,8 +12,10 @@
 #
 # How a mutation is tested, to keep it fast:
 #   1. go test -short -failfast -tags kdb_invariants on the mutated file's
-#      package(s) and the root package (the root's crash tests exercise
-#      every layer), WITHOUT the race detector;
+#      package(s), the root package (the root's crash tests exercise
+#      every layer) and ./broker (the broker's crash, model and async-ack
+#      tests, which ran in the root package until the broker moved to
+#      broker/), WITHOUT the race detector;
 #   2. if nothing failed, the crash campaigns scripts/test.sh runs at
 #      their default size (no -short), still without -race.
 # A mutation is "caught" if either step fails; the table names the first
@@ -38,53 +40,53 @@ m() { MUTATIONS+=("$1$US$2$US$3$US$4$US$5$US$6"); }
 # ---- anchors up to date with commit.go and journal/writer.go).
 m journal-fdatasync-skipped journal/writer.go \
   'err := w.seg.f.Sync()' 'err := error(nil)' \
-  './journal .' "the journal's fdatasync of a commit round is skipped: acknowledged batches are not durable"
+  './journal . ./broker' "the journal's fdatasync of a commit round is skipped: acknowledged batches are not durable"
 m ack-before-fsync commit.go \
   'sync = sync || !r.async' 'sync = sync || !r.async && false' \
-  '.' "the commit leader treats every group as AckAsync: a synced write is applied and acknowledged before its fdatasync (which comes within SyncInterval)"
+  '. ./broker' "the commit leader treats every group as AckAsync: a synced write is applied and acknowledged before its fdatasync (which comes within SyncInterval)"
 m syncto-fdatasync-skipped journal/writer.go \
   'err = seg.f.Sync()' 'err = nil' \
-  './journal .' "SyncTo, the fdatasync the database's commit leader waits for, is skipped: acknowledged batches are not durable"
+  './journal . ./broker' "SyncTo, the fdatasync the database's commit leader waits for, is skipped: acknowledged batches are not durable"
 m segment-dirsync-skipped journal/writer.go \
   '{"sync dir", func() error { return fsys.SyncDir(j.dir) }},' '{"sync dir", func() error { return nil }},' \
-  './journal .' "a new segment's name is not made durable after its rename"
+  './journal . ./broker' "a new segment's name is not made durable after its rename"
 # ---- Recovery: the journal's open.
 m journal-open-sync-removed journal/scan.go \
   'if err := last.f.Sync(); err != nil {' 'if err := error(nil); err != nil {' \
-  './journal .' "records Open finds only in the OS cache are trusted (replayed, checkpointed past) without an fdatasync"
+  './journal . ./broker' "records Open finds only in the OS cache are trusted (replayed, checkpointed past) without an fdatasync"
 m journal-open-dirsync-removed journal/scan.go \
   $'if !j.opts.ReadOnly {\n\t\t// Even when no .tmp was removed' $'if false {\n\t\t// Even when no .tmp was removed' \
-  './journal .' "Open trusts segment names a dead process renamed but never made durable"
+  './journal . ./broker' "Open trusts segment names a dead process renamed but never made durable"
 m torn-tail-relaxed journal/scan.go \
   'durable := fw.maxSynced > damageStart' 'durable := false' \
-  './journal .' "damage before a frame that proves the bytes were synced is truncated as a torn tail (silent loss)"
+  './journal . ./broker' "damage before a frame that proves the bytes were synced is truncated as a torn tail (silent loss)"
 # ---- Checkpoints: db.redo, db.data, db.free.
 m redo-sync-skipped pagefile/checkpoint.go \
   'if err := f.sync(f.redo, f.redoName); err != nil {' 'if err := error(nil); err != nil {' \
-  './pagefile .' "db.redo is not synced before db.data is overwritten in place"
+  './pagefile . ./broker' "db.redo is not synced before db.data is overwritten in place"
 m data-sync-skipped pagefile/checkpoint.go \
   $'if err := f.sync(f.data, f.dataName); err != nil {\n\t\treturn nil, err\n\t}\n\t// 4. Mark' $'if err := error(nil); err != nil {\n\t\treturn nil, err\n\t}\n\t// 4. Mark' \
-  './pagefile .' "db.data is not synced before db.redo is marked applied and the journal is collected"
+  './pagefile . ./broker' "db.data is not synced before db.redo is marked applied and the journal is collected"
 m free-sync-skipped pagefile/checkpoint.go \
   'if err := f.sync(file, tmp); err != nil {' 'if err := error(nil); err != nil {' \
-  './pagefile .' "db.free.tmp is not synced before it is renamed to db.free"
+  './pagefile . ./broker' "db.free.tmp is not synced before it is renamed to db.free"
 m free-dirsync-skipped pagefile/checkpoint.go \
   $'return fmt.Errorf("pagefile: rename %s: %w", tmp, err)\n\t}\n\tif f.opts.UnsafeNoSync {\n\t\treturn nil\n\t}\n\tif err := f.fs.SyncDir(filepath.Dir(f.freeName)); err != nil {' \
   $'return fmt.Errorf("pagefile: rename %s: %w", tmp, err)\n\t}\n\tif f.opts.UnsafeNoSync {\n\t\treturn nil\n\t}\n\tif err := error(nil); err != nil {' \
-  './pagefile .' "the renames of db.free and db.free.prev are not made durable before the meta names the new checkpoint"
+  './pagefile . ./broker' "the renames of db.free and db.free.prev are not made durable before the meta names the new checkpoint"
 m atomic-write-dirsync-skipped vfs/helpers.go \
   'return fsys.SyncDir(filepath.Dir(name))' 'return func() error { _ = filepath.Dir(name); return nil }()' \
-  './internal/... ./pagefile .' "vfs.WriteFileAtomic does not sync the directory after its rename"
+  './internal/... ./pagefile . ./broker' "vfs.WriteFileAtomic does not sync the directory after its rename"
 # ---- Recovery: the free list and the replay.
 m free-trusted-without-id pagefile/open.go \
   'case ff.id != meta.ID:' 'case false && ff.id != meta.ID:' \
-  './pagefile .' "db.free is trusted without its checkpoint ID matching the meta"
+  './pagefile . ./broker' "db.free is trusted without its checkpoint ID matching the meta"
 m free-trusted-without-pagecount pagefile/open.go \
   'case ff.pageCount != meta.PageCount:' 'case false && ff.pageCount != meta.PageCount:' \
-  './pagefile .' "db.free is trusted without its page count matching the meta"
+  './pagefile . ./broker' "db.free is trusted without its page count matching the meta"
 m one-record-less-replayed recovery/replay.go \
   'if err := p.o.Apply(p.tx, loc, r); err != nil {' 'if p.count == 1 { return nil }; if err := p.o.Apply(p.tx, loc, r); err != nil {' \
-  '.' "recovery skips the first journal record after the checkpoint's replay position"
+  '. ./broker' "recovery skips the first journal record after the checkpoint's replay position"
 
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")

@@ -1,4 +1,4 @@
-package kdb_test
+package broker_test
 
 import (
 	"errors"
@@ -7,9 +7,10 @@ import (
 	"os"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 )
 
-func exampleStore() (*kdb.DB, func()) {
+func exampleStore() (*broker.Broker, func()) {
 	dir, err := os.MkdirTemp("", "kdb-example")
 	if err != nil {
 		log.Fatal(err)
@@ -18,7 +19,11 @@ func exampleStore() (*kdb.DB, func()) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	return db, func() {
+	b, err := broker.Open(db)
+	if err != nil {
+		log.Fatal(err)
+	}
+	return b, func() {
 		if err := db.Close(); err != nil {
 			log.Fatal(err)
 		}
@@ -28,40 +33,40 @@ func exampleStore() (*kdb.DB, func()) {
 
 // A broker publishes persistent messages to a queue, a consumer reads them
 // in order and acks them. A resent message is recognized as a duplicate.
-func ExampleDB_Send() {
-	db, done := exampleStore()
+func ExampleBroker_Send() {
+	b, done := exampleStore()
 	defer done()
 
 	for i := 1; i <= 3; i++ {
-		m := &kdb.Message{
+		m := &broker.Message{
 			ID:          fmt.Sprintf("ID:producer-1:%d", i),
 			ProducerID:  "producer-1",
 			ProducerSeq: uint64(i),
 			Properties:  map[string]string{"JMSType": "order"},
 			Body:        []byte(fmt.Sprintf("order #%d", i)),
 		}
-		seq, err := db.Send(kdb.Queue, "orders", m) // durable on return
+		seq, err := b.Send(broker.Queue, "orders", m) // durable on return
 		if err != nil {
 			log.Fatal(err)
 		}
 		fmt.Println("sent", m.ID, "as", seq)
 	}
 	// The producer retries its second message after a failover.
-	_, err := db.Send(kdb.Queue, "orders", &kdb.Message{ID: "ID:producer-1:2", ProducerID: "producer-1", ProducerSeq: 2})
-	fmt.Println("resend is a duplicate:", errors.Is(err, kdb.ErrDuplicate))
+	_, err := b.Send(broker.Queue, "orders", &broker.Message{ID: "ID:producer-1:2", ProducerID: "producer-1", ProducerSeq: 2})
+	fmt.Println("resend is a duplicate:", errors.Is(err, broker.ErrDuplicate))
 
 	// Consume: read in order, ack what was processed.
-	msgs, err := db.Read(kdb.Queue, "orders", 0, 10)
+	msgs, err := b.Read(broker.Queue, "orders", 0, 10)
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, m := range msgs {
 		fmt.Printf("got %d: %s (%s)\n", m.Seq, m.Body, m.Properties["JMSType"])
-		if err := db.Ack(kdb.Queue, "orders", m.Seq); err != nil {
+		if err := b.Ack(broker.Queue, "orders", m.Seq); err != nil {
 			log.Fatal(err)
 		}
 	}
-	info, _ := db.Destination(kdb.Queue, "orders")
+	info, _ := b.Destination(broker.Queue, "orders")
 	fmt.Println("left:", info.Count, "next seq:", info.NextSeq)
 	// Output:
 	// sent ID:producer-1:1 as 1
@@ -76,37 +81,37 @@ func ExampleDB_Send() {
 
 // Durable subscribers on a topic each have their own position and acks; a
 // message is kept until every subscription acked it.
-func ExampleDB_Subscribe() {
-	db, done := exampleStore()
+func ExampleBroker_Subscribe() {
+	b, done := exampleStore()
 	defer done()
 
 	for _, sub := range []string{"billing", "audit"} {
-		if err := db.Subscribe("prices", sub); err != nil {
+		if err := b.Subscribe("prices", sub); err != nil {
 			log.Fatal(err)
 		}
 	}
 	for i, p := range []string{"ACME 10.5", "ACME 10.7"} {
-		if _, err := db.Send(kdb.Topic, "prices", &kdb.Message{ID: fmt.Sprint("tick-", i), Body: []byte(p)}); err != nil {
+		if _, err := b.Send(broker.Topic, "prices", &broker.Message{ID: fmt.Sprint("tick-", i), Body: []byte(p)}); err != nil {
 			log.Fatal(err)
 		}
 	}
 	// billing consumes both; audit is offline.
-	msgs, _ := db.ReadSub("prices", "billing", 0, 10)
+	msgs, _ := b.ReadSub("prices", "billing", 0, 10)
 	for _, m := range msgs {
 		fmt.Println("billing got", string(m.Body))
-		_ = db.AckSub("prices", "billing", m.Seq)
+		_ = b.AckSub("prices", "billing", m.Seq)
 	}
-	pb, _ := db.Pending("prices", "billing")
-	pa, _ := db.Pending("prices", "audit")
-	info, _ := db.Destination(kdb.Topic, "prices")
+	pb, _ := b.Pending("prices", "billing")
+	pa, _ := b.Pending("prices", "audit")
+	info, _ := b.Destination(broker.Topic, "prices")
 	fmt.Println("pending: billing", pb, "audit", pa, "- kept:", info.Count)
 
 	// audit comes back and catches up.
-	msgs, _ = db.ReadSub("prices", "audit", 0, 10)
+	msgs, _ = b.ReadSub("prices", "audit", 0, 10)
 	for _, m := range msgs {
-		_ = db.AckSub("prices", "audit", m.Seq)
+		_ = b.AckSub("prices", "audit", m.Seq)
 	}
-	info, _ = db.Destination(kdb.Topic, "prices")
+	info, _ = b.Destination(broker.Topic, "prices")
 	fmt.Println("after audit acked", len(msgs), "- kept:", info.Count)
 	// Output:
 	// billing got ACME 10.5
@@ -118,35 +123,35 @@ func ExampleDB_Subscribe() {
 // A transaction consumes a message from one queue and produces its result
 // on another, atomically; a two-phase transaction is prepared first and
 // survives a crash until it is committed or rolled back.
-func ExampleDB_BeginTx() {
-	db, done := exampleStore()
+func ExampleBroker_BeginTx() {
+	b, done := exampleStore()
 	defer done()
 
-	if _, err := db.Send(kdb.Queue, "requests", &kdb.Message{ID: "req-1", Body: []byte("2+2")}); err != nil {
+	if _, err := b.Send(broker.Queue, "requests", &broker.Message{ID: "req-1", Body: []byte("2+2")}); err != nil {
 		log.Fatal(err)
 	}
 
 	// Local transaction: ack the request and send the reply together.
-	tx := db.BeginTx()
-	_ = tx.Ack(kdb.Queue, "requests", 1)
-	_ = tx.Send(kdb.Queue, "replies", &kdb.Message{ID: "rep-1", Body: []byte("4")})
+	tx := b.BeginTx()
+	_ = tx.Ack(broker.Queue, "requests", 1)
+	_ = tx.Send(broker.Queue, "replies", &broker.Message{ID: "rep-1", Body: []byte("4")})
 	if err := tx.Commit(); err != nil {
 		log.Fatal(err)
 	}
 
 	// Two-phase (XA): prepare, then commit later (also after a restart).
-	xa := db.BeginTx()
-	_ = xa.Send(kdb.Queue, "replies", &kdb.Message{ID: "rep-2", Body: []byte("5")})
+	xa := b.BeginTx()
+	_ = xa.Send(broker.Queue, "replies", &broker.Message{ID: "rep-2", Body: []byte("5")})
 	if err := xa.Prepare("xid-42"); err != nil {
 		log.Fatal(err)
 	}
-	xids, _ := db.Prepared()
+	xids, _ := b.Prepared()
 	fmt.Println("prepared:", xids)
-	if err := db.CommitPrepared("xid-42"); err != nil {
+	if err := b.CommitPrepared("xid-42"); err != nil {
 		log.Fatal(err)
 	}
 
-	for _, d := range must(db.Destinations()) {
+	for _, d := range must(b.Destinations()) {
 		fmt.Printf("%s %s: %d messages\n", d.Kind, d.Name, d.Count)
 	}
 	// Output:

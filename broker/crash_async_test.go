@@ -1,4 +1,4 @@
-package kdb_test
+package broker_test
 
 import (
 	"errors"
@@ -12,8 +12,32 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 	"github.com/kdb-project/kdb/vfs"
 )
+
+// campaignOptions and campaignSettings are the root crash campaign's
+// (crash_test.go in the root package): checkpoints under the workload's
+// control, so that a crash point names one step in progress, and small
+// segments so that the journal rotates and is collected.
+func campaignOptions(fs vfs.FS) *kdb.Options {
+	return &kdb.Options{
+		FS:                   fs,
+		SegmentSize:          128 << 10,
+		CheckpointInterval:   -1,
+		CheckpointBytes:      1 << 40,
+		CheckpointDirtyPages: 1 << 20,
+	}
+}
+
+// campaignSettings are the power-loss models: drop every unsynced sector,
+// keep them all, keep half, keep half with garbage.
+var campaignSettings = []vfs.CrashOptions{
+	{KeepUnsynced: 0},
+	{KeepUnsynced: 1},
+	{KeepUnsynced: 0.5},
+	{KeepUnsynced: 0.5, GarbageUnsynced: 0.2},
+}
 
 // asyncModel is what the async-ack workload has been told so far.
 type asyncModel struct {
@@ -73,9 +97,13 @@ func verifyAsyncImage(img *vfs.MemFS, m *asyncModel, sent, acked, durable map[st
 		return fmt.Sprintf("open: %v", err)
 	}
 	defer db.Close()
-	var msgs []kdb.Message
+	b, err := broker.Open(db)
+	if err != nil {
+		return fmt.Sprintf("broker: %v", err)
+	}
+	var msgs []broker.Message
 	for from := uint64(0); ; {
-		ms, err := db.Read(kdb.Queue, "q", from, 100)
+		ms, err := b.Read(broker.Queue, "q", from, 100)
 		if err != nil && !errors.Is(err, kdb.ErrNotFound) {
 			return fmt.Sprintf("read: %v", err)
 		}
@@ -112,24 +140,24 @@ func verifyAsyncImage(img *vfs.MemFS, m *asyncModel, sent, acked, durable map[st
 			c.durableByLater.Add(1)
 		}
 	}
-	if d, err := db.Destination(kdb.Queue, "q"); err == nil && d.Count != uint64(len(msgs)) {
+	if d, err := b.Destination(broker.Queue, "q"); err == nil && d.Count != uint64(len(msgs)) {
 		return fmt.Sprintf("destination count %d, %d messages there", d.Count, len(msgs))
 	} else if err != nil && !errors.Is(err, kdb.ErrNotFound) {
 		return fmt.Sprintf("destination: %v", err)
 	}
-	if _, err := db.Check(); err != nil {
+	if err := checkStore(b); err != nil {
 		return fmt.Sprintf("check: %v", err)
 	}
 	for _, msg := range msgs {
-		if err := db.Ack(kdb.Queue, "q", msg.Seq); err != nil {
+		if err := b.Ack(broker.Queue, "q", msg.Seq); err != nil {
 			return fmt.Sprintf("ack %s (seq %d) after recovery: %v", msg.ID, msg.Seq, err)
 		}
-		if err := db.Ack(kdb.Queue, "q", msg.Seq); !errors.Is(err, kdb.ErrNotFound) {
+		if err := b.Ack(broker.Queue, "q", msg.Seq); !errors.Is(err, kdb.ErrNotFound) {
 			return fmt.Sprintf("second ack of %s (seq %d) after recovery: %v, want ErrNotFound", msg.ID, msg.Seq, err)
 		}
 	}
 	if len(msgs) > 0 {
-		if d, err := db.Destination(kdb.Queue, "q"); err != nil || d.Count != 0 {
+		if d, err := b.Destination(broker.Queue, "q"); err != nil || d.Count != 0 {
 			return fmt.Sprintf("after acking everything: %+v %v", d, err)
 		}
 	}
@@ -139,7 +167,7 @@ func verifyAsyncImage(img *vfs.MemFS, m *asyncModel, sent, acked, durable map[st
 	// The store goes on after recovery: a message sent now survives a
 	// second crash (a checkpoint that covered journal records not yet
 	// durable would make the next recovery skip it).
-	if _, err := db.Send(kdb.Queue, "q", &kdb.Message{ID: "after"}); err != nil {
+	if _, err := b.Send(broker.Queue, "q", &broker.Message{ID: "after"}); err != nil {
 		return fmt.Sprintf("send after recovery: %v", err)
 	}
 	db2, err := kdb.Open("/db", campaignOptions(img.CrashClone(vfs.CrashOptions{})))
@@ -147,7 +175,11 @@ func verifyAsyncImage(img *vfs.MemFS, m *asyncModel, sent, acked, durable map[st
 		return fmt.Sprintf("open after a second crash: %v", err)
 	}
 	defer db2.Close()
-	ms, err := db2.Read(kdb.Queue, "q", 0, 10)
+	b2, err := broker.Open(db2)
+	if err != nil {
+		return fmt.Sprintf("broker after a second crash: %v", err)
+	}
+	ms, err := b2.Read(broker.Queue, "q", 0, 10)
 	if err != nil || len(ms) != 1 || ms[0].ID != "after" {
 		return fmt.Sprintf("after a second crash: %d messages (want the one sent after recovery), %v", len(ms), err)
 	}
@@ -230,6 +262,7 @@ func runAsyncCampaign(t *testing.T, seed uint64, n int, syncInterval time.Durati
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := openOn(t, db)
 	rng := rand.New(rand.NewPCG(seed, 11))
 	type live struct {
 		id  string
@@ -244,7 +277,7 @@ func runAsyncCampaign(t *testing.T, seed uint64, n int, syncInterval time.Durati
 			m.mu.Lock()
 			m.started[id] = true
 			m.mu.Unlock()
-			seq, err := db.Send(kdb.Queue, "q", &kdb.Message{ID: id, Body: body})
+			seq, err := b.Send(broker.Queue, "q", &broker.Message{ID: id, Body: body})
 			if err != nil {
 				t.Fatalf("step %d: send: %v", i, err)
 			}
@@ -260,7 +293,7 @@ func runAsyncCampaign(t *testing.T, seed uint64, n int, syncInterval time.Durati
 			m.mu.Lock()
 			m.ackStarted[l.id] = true
 			m.mu.Unlock()
-			if err := db.AckAsync(kdb.Queue, "q", l.seq); err != nil {
+			if err := b.AckAsync(broker.Queue, "q", l.seq); err != nil {
 				t.Fatalf("step %d: ack async %s: %v", i, l.id, err)
 			}
 			m.mu.Lock()
@@ -274,7 +307,7 @@ func runAsyncCampaign(t *testing.T, seed uint64, n int, syncInterval time.Durati
 			m.mu.Lock()
 			m.ackStarted[l.id] = true
 			m.mu.Unlock()
-			if err := db.Ack(kdb.Queue, "q", l.seq); err != nil {
+			if err := b.Ack(broker.Queue, "q", l.seq); err != nil {
 				t.Fatalf("step %d: ack %s: %v", i, l.id, err)
 			}
 			m.mu.Lock()

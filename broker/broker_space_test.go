@@ -1,4 +1,4 @@
-package kdb_test
+package broker_test
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 )
 
 // dirSize returns the bytes of the journal segments in dir and of its other
@@ -35,7 +36,7 @@ func dirSize(t testing.TB, dir string) (journal, other int64) {
 // compactFactor (4) times the live bytes plus one checkpoint interval, at
 // every sample; the whole store stays within that plus the journal written
 // since the last checkpoint (CheckpointBytes), the active segment and
-// db.data. See compact.go for the bound.
+// db.data. See the root package's compact.go for the bound.
 //
 // Default: 200,000 messages, 1 in 10,000 never acked (20 live). KDB_LONG=1:
 // 2,000,000 messages, 1 in 100,000 never acked (the figure).
@@ -71,6 +72,7 @@ func spaceRun(t *testing.T, total, rare int) {
 			t.Fatal(err)
 		}
 	}()
+	b := openOn(t, db)
 	body := make([]byte, 256)
 	for i := range body {
 		body[i] = byte(i)
@@ -83,7 +85,7 @@ func spaceRun(t *testing.T, total, rare int) {
 		seqs                            []uint64
 	)
 	sample := func() {
-		d, err := db.Destination(kdb.Queue, "q")
+		d, err := b.Destination(broker.Queue, "q")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,12 +108,12 @@ func spaceRun(t *testing.T, total, rare int) {
 	// 100 at a time.
 	const txSize = 10
 	for i := 1; i <= total; i += txSize {
-		tx := db.BeginTx()
-		ms := make([]*kdb.Message, 0, txSize)
+		tx := b.BeginTx()
+		ms := make([]*broker.Message, 0, txSize)
 		for j := i; j < i+txSize && j <= total; j++ {
-			m := &kdb.Message{ID: fmt.Sprint("m", j), ProducerID: "p", ProducerSeq: uint64(j), Body: body}
+			m := &broker.Message{ID: fmt.Sprint("m", j), ProducerID: "p", ProducerSeq: uint64(j), Body: body}
 			ms = append(ms, m)
-			if err := tx.Send(kdb.Queue, "q", m); err != nil {
+			if err := tx.Send(broker.Queue, "q", m); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -125,7 +127,7 @@ func spaceRun(t *testing.T, total, rare int) {
 			}
 		}
 		if len(seqs) >= 100 {
-			if err := db.Ack(kdb.Queue, "q", seqs...); err != nil {
+			if err := b.Ack(broker.Queue, "q", seqs...); err != nil {
 				t.Fatal(err)
 			}
 			seqs = seqs[:0]
@@ -145,12 +147,12 @@ func spaceRun(t *testing.T, total, rare int) {
 			sample()
 		}
 	}
-	if err := db.Ack(kdb.Queue, "q", seqs...); err != nil {
+	if err := b.Ack(broker.Queue, "q", seqs...); err != nil {
 		t.Fatal(err)
 	}
 	sample()
 	st := db.Stats()
-	d, _ := db.Destination(kdb.Queue, "q")
+	d, _ := b.Destination(broker.Queue, "q")
 	t.Logf("%d messages (%d MiB of bodies) sent, %d never acked (%d live bytes); max disk %d KiB, max pinned %d KiB, now pinned %d segments (%d KiB); %d compaction passes moved %d values; %d segments removed",
 		total, sent>>20, d.Count, d.Bytes, maxDisk>>10, maxPinned>>10, st.PinnedSegments, st.PinnedBytes>>10, st.Compactions, st.CompactedValues, st.SegmentsRemoved)
 	j, o := dirSize(t, dir)
@@ -171,10 +173,10 @@ func spaceRun(t *testing.T, total, rare int) {
 	if maxOther > 4<<20 {
 		t.Fatalf("page file reached %d bytes", maxOther)
 	}
-	if _, err := db.Check(); err != nil {
+	if err := checkStore(b); err != nil {
 		t.Fatal(err)
 	}
-	ms, err := db.Read(kdb.Queue, "q", 0, total/rare+1)
+	ms, err := b.Read(broker.Queue, "q", 0, total/rare+1)
 	if err != nil || len(ms) != total/rare || string(ms[0].Body) != string(body) {
 		t.Fatalf("never-acked messages: %d, %v", len(ms), err)
 	}

@@ -1,4 +1,4 @@
-package kdb_test
+package broker_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -18,44 +19,66 @@ func brokerOpts(fs vfs.FS) *kdb.Options {
 	return &kdb.Options{FS: fs, SegmentSize: 128 << 10, ValueThreshold: 64}
 }
 
-// openBroker opens a store and, at cleanup, checks and closes it.
-func openBroker(t testing.TB, fs vfs.FS) *kdb.DB {
+// openOn returns the broker on db.
+func openOn(t testing.TB, db *kdb.DB) *broker.Broker {
+	t.Helper()
+	b, err := broker.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// checkStore checks the engine (kdb.DB.Check) and the broker's trees
+// (Broker.Check): what kdb.DB.Check checked when the broker lived in the
+// root package.
+func checkStore(b *broker.Broker) error {
+	if _, err := b.DB().Check(); err != nil {
+		return err
+	}
+	return b.Check()
+}
+
+// openBroker opens a store and its broker and, at cleanup, checks and
+// closes it.
+func openBroker(t testing.TB, fs vfs.FS) *broker.Broker {
 	t.Helper()
 	db, err := kdb.Open("/db", brokerOpts(fs))
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := openOn(t, db)
 	t.Cleanup(func() {
 		if _, closed := closedDBs.Load(db); !closed && db.Err() == nil {
-			if _, err := db.Check(); err != nil {
+			if err := checkStore(b); err != nil {
 				t.Errorf("check: %v", err)
 			}
 		}
 		_ = db.Close()
 	})
-	return db
+	return b
 }
 
 // closedDBs are the handles a test closed itself.
 var closedDBs sync.Map
 
-func reopen(t testing.TB, db *kdb.DB, fs vfs.FS) *kdb.DB {
+func reopen(t testing.TB, b *broker.Broker, fs vfs.FS) *broker.Broker {
 	t.Helper()
-	closedDBs.Store(db, true)
-	if err := db.Close(); err != nil {
+	closedDBs.Store(b.DB(), true)
+	if err := b.DB().Close(); err != nil {
 		t.Fatal(err)
 	}
 	return openBroker(t, fs)
 }
 
-func msg(id, prod string, pseq uint64, body string) *kdb.Message {
-	return &kdb.Message{ID: id, ProducerID: prod, ProducerSeq: pseq, Body: []byte(body),
+func msg(id, prod string, pseq uint64, body string) *broker.Message {
+	return &broker.Message{ID: id, ProducerID: prod, ProducerSeq: pseq, Body: []byte(body),
 		Properties: map[string]string{"type": "t-" + id}}
 }
 
-func mustSend(t testing.TB, db *kdb.DB, kind kdb.DestKind, dest string, m *kdb.Message) uint64 {
+func mustSend(t testing.TB, b *broker.Broker, kind broker.DestKind, dest string, m *broker.Message) uint64 {
 	t.Helper()
-	seq, err := db.Send(kind, dest, m)
+	seq, err := b.Send(kind, dest, m)
 	if err != nil {
 		t.Fatalf("send %s: %v", m.ID, err)
 	}
@@ -64,30 +87,30 @@ func mustSend(t testing.TB, db *kdb.DB, kind kdb.DestKind, dest string, m *kdb.M
 
 func TestBroker_QueueSendReadAck(t *testing.T) {
 	fs := vfs.NewMem()
-	db := openBroker(t, fs)
+	b := openBroker(t, fs)
 	big := string(bytes.Repeat([]byte("x"), 300)) // above ValueThreshold: kept in the journal
 	for i := 1; i <= 10; i++ {
 		body := fmt.Sprintf("body-%d", i)
 		if i%2 == 0 {
 			body += big
 		}
-		if seq := mustSend(t, db, kdb.Queue, "orders", msg(fmt.Sprint("m", i), "p1", uint64(i), body)); seq != uint64(i) {
+		if seq := mustSend(t, b, broker.Queue, "orders", msg(fmt.Sprint("m", i), "p1", uint64(i), body)); seq != uint64(i) {
 			t.Fatalf("seq %d, want %d", seq, i)
 		}
 	}
-	if _, err := db.Send(kdb.Queue, "orders", msg("m3", "p2", 1, "again")); !errors.Is(err, kdb.ErrDuplicate) {
+	if _, err := b.Send(broker.Queue, "orders", msg("m3", "p2", 1, "again")); !errors.Is(err, broker.ErrDuplicate) {
 		t.Fatalf("duplicate ID: %v", err)
 	}
-	if _, err := db.Send(kdb.Queue, "orders", msg("new", "p1", 10, "again")); !errors.Is(err, kdb.ErrDuplicate) {
+	if _, err := b.Send(broker.Queue, "orders", msg("new", "p1", 10, "again")); !errors.Is(err, broker.ErrDuplicate) {
 		t.Fatalf("duplicate producer seq: %v", err)
 	}
-	if _, err := db.Send(kdb.Queue, "", msg("x", "", 0, "")); !errors.Is(err, kdb.ErrInvalid) {
+	if _, err := b.Send(broker.Queue, "", msg("x", "", 0, "")); !errors.Is(err, kdb.ErrInvalid) {
 		t.Fatalf("empty name: %v", err)
 	}
-	if _, err := db.Send(kdb.Queue, "q", msg("", "", 0, "")); !errors.Is(err, kdb.ErrInvalid) {
+	if _, err := b.Send(broker.Queue, "q", msg("", "", 0, "")); !errors.Is(err, kdb.ErrInvalid) {
 		t.Fatalf("empty ID: %v", err)
 	}
-	ms, err := db.Read(kdb.Queue, "orders", 4, 3)
+	ms, err := b.Read(broker.Queue, "orders", 4, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,25 +118,25 @@ func TestBroker_QueueSendReadAck(t *testing.T) {
 		string(ms[0].Body) != "body-4"+big || ms[0].ProducerID != "p1" || ms[0].ProducerSeq != 4 {
 		t.Fatalf("read: %+v", ms)
 	}
-	m, err := db.GetMessage(kdb.Queue, "orders", "m7")
+	m, err := b.GetMessage(broker.Queue, "orders", "m7")
 	if err != nil || m.Seq != 7 || string(m.Body) != "body-7" {
 		t.Fatalf("get: %+v %v", m, err)
 	}
-	if err := db.Ack(kdb.Queue, "orders", 1, 2, 7); err != nil {
+	if err := b.Ack(broker.Queue, "orders", 1, 2, 7); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Ack(kdb.Queue, "orders", 3, 7); !errors.Is(err, kdb.ErrNotFound) {
+	if err := b.Ack(broker.Queue, "orders", 3, 7); !errors.Is(err, kdb.ErrNotFound) {
 		t.Fatalf("ack of acked: %v", err)
 	}
-	if _, err := db.GetMessage(kdb.Queue, "orders", "m7"); !errors.Is(err, kdb.ErrNotFound) {
+	if _, err := b.GetMessage(broker.Queue, "orders", "m7"); !errors.Is(err, kdb.ErrNotFound) {
 		t.Fatalf("get acked: %v", err)
 	}
-	if _, err := db.Read(kdb.Queue, "nope", 0, 1); !errors.Is(err, kdb.ErrNotFound) {
+	if _, err := b.Read(broker.Queue, "nope", 0, 1); !errors.Is(err, kdb.ErrNotFound) {
 		t.Fatalf("read unknown: %v", err)
 	}
-	check := func(db *kdb.DB) {
+	check := func(b *broker.Broker) {
 		t.Helper()
-		di, err := db.Destination(kdb.Queue, "orders")
+		di, err := b.Destination(broker.Queue, "orders")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,192 +150,192 @@ func TestBroker_QueueSendReadAck(t *testing.T) {
 		if di.Count != 7 || di.NextSeq != 11 || di.Bytes == 0 {
 			t.Fatalf("dest: %+v", di)
 		}
-		ms, err := db.Read(kdb.Queue, "orders", 0, 100)
+		ms, err := b.Read(broker.Queue, "orders", 0, 100)
 		if err != nil || len(ms) != 7 || ms[0].Seq != 3 {
 			t.Fatalf("read all: %d %v", len(ms), err)
 		}
-		if _, err := db.Check(); err != nil {
+		if err := checkStore(b); err != nil {
 			t.Fatal(err)
 		}
 	}
-	check(db)
-	db = reopen(t, db, fs)
-	check(db)
+	check(b)
+	b = reopen(t, b, fs)
+	check(b)
 	// Duplicates are still rejected after a restart; the producer audit
 	// survives the ack.
-	if _, err := db.Send(kdb.Queue, "orders", msg("m4", "", 0, "")); !errors.Is(err, kdb.ErrDuplicate) {
+	if _, err := b.Send(broker.Queue, "orders", msg("m4", "", 0, "")); !errors.Is(err, broker.ErrDuplicate) {
 		t.Fatalf("dup after reopen: %v", err)
 	}
-	if _, err := db.Send(kdb.Queue, "orders", msg("m1x", "p1", 1, "")); !errors.Is(err, kdb.ErrDuplicate) {
+	if _, err := b.Send(broker.Queue, "orders", msg("m1x", "p1", 1, "")); !errors.Is(err, broker.ErrDuplicate) {
 		t.Fatalf("dup producer after ack and reopen: %v", err)
 	}
-	if seq := mustSend(t, db, kdb.Queue, "orders", msg("m11", "p1", 11, "")); seq != 11 {
+	if seq := mustSend(t, b, broker.Queue, "orders", msg("m11", "p1", 11, "")); seq != 11 {
 		t.Fatalf("seq after reopen %d", seq)
 	}
-	ds, err := db.Destinations()
+	ds, err := b.Destinations()
 	if err != nil || len(ds) != 1 || ds[0].Count != 8 {
 		t.Fatalf("destinations %+v %v", ds, err)
 	}
-	if err := db.Purge(kdb.Queue, "orders"); err != nil {
+	if err := b.Purge(broker.Queue, "orders"); err != nil {
 		t.Fatal(err)
 	}
-	if di, _ := db.Destination(kdb.Queue, "orders"); di.Count != 0 || di.Bytes != 0 || di.NextSeq != 12 {
+	if di, _ := b.Destination(broker.Queue, "orders"); di.Count != 0 || di.Bytes != 0 || di.NextSeq != 12 {
 		t.Fatalf("after purge %+v", di)
 	}
-	if seq := mustSend(t, db, kdb.Queue, "orders", msg("m4", "", 0, "")); seq != 12 {
+	if seq := mustSend(t, b, broker.Queue, "orders", msg("m4", "", 0, "")); seq != 12 {
 		t.Fatalf("seq after purge %d", seq)
 	}
-	if err := db.DeleteDestination(kdb.Queue, "orders"); err != nil {
+	if err := b.DeleteDestination(broker.Queue, "orders"); err != nil {
 		t.Fatal(err)
 	}
-	if ds, _ := db.Destinations(); len(ds) != 0 {
+	if ds, _ := b.Destinations(); len(ds) != 0 {
 		t.Fatalf("after delete %+v", ds)
 	}
-	if seq := mustSend(t, db, kdb.Queue, "orders", msg("m4", "p1", 1, "")); seq != 1 {
+	if seq := mustSend(t, b, broker.Queue, "orders", msg("m4", "p1", 1, "")); seq != 1 {
 		t.Fatalf("seq after delete %d", seq)
 	}
 }
 
 func TestBroker_DurableSubscriptions(t *testing.T) {
 	fs := vfs.NewMem()
-	db := openBroker(t, fs)
-	if seq := mustSend(t, db, kdb.Topic, "news", msg("early", "", 0, "nobody listens")); seq != 1 {
+	b := openBroker(t, fs)
+	if seq := mustSend(t, b, broker.Topic, "news", msg("early", "", 0, "nobody listens")); seq != 1 {
 		t.Fatal(seq)
 	}
 	for _, s := range []string{"a", "b"} {
-		if err := db.Subscribe("news", s); err != nil {
+		if err := b.Subscribe("news", s); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for i := 2; i <= 5; i++ {
-		mustSend(t, db, kdb.Topic, "news", msg(fmt.Sprint("n", i), "", 0, "hello"))
+		mustSend(t, b, broker.Topic, "news", msg(fmt.Sprint("n", i), "", 0, "hello"))
 	}
-	if di, _ := db.Destination(kdb.Topic, "news"); di.Count != 4 {
+	if di, _ := b.Destination(broker.Topic, "news"); di.Count != 4 {
 		t.Fatalf("%+v", di)
 	}
-	if err := db.AckSub("news", "a", 2, 3); err != nil {
+	if err := b.AckSub("news", "a", 2, 3); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.AckSub("news", "a", 2); !errors.Is(err, kdb.ErrNotFound) {
+	if err := b.AckSub("news", "a", 2); !errors.Is(err, kdb.ErrNotFound) {
 		t.Fatalf("ack twice: %v", err)
 	}
-	if n, _ := db.Pending("news", "a"); n != 2 {
+	if n, _ := b.Pending("news", "a"); n != 2 {
 		t.Fatalf("pending a %d", n)
 	}
-	if di, _ := db.Destination(kdb.Topic, "news"); di.Count != 4 {
+	if di, _ := b.Destination(broker.Topic, "news"); di.Count != 4 {
 		t.Fatalf("kept until b acks: %+v", di)
 	}
-	db = reopen(t, db, fs)
-	ms, err := db.ReadSub("news", "a", 0, 10)
+	b = reopen(t, b, fs)
+	ms, err := b.ReadSub("news", "a", 0, 10)
 	if err != nil || len(ms) != 2 || ms[0].Seq != 4 {
 		t.Fatalf("readsub a %+v %v", ms, err)
 	}
-	if err := db.AckSub("news", "b", 2, 3, 4); err != nil {
+	if err := b.AckSub("news", "b", 2, 3, 4); err != nil {
 		t.Fatal(err)
 	}
-	if di, _ := db.Destination(kdb.Topic, "news"); di.Count != 2 {
+	if di, _ := b.Destination(broker.Topic, "news"); di.Count != 2 {
 		t.Fatalf("after both acked: %+v", di)
 	}
-	if err := db.Unsubscribe("news", "a"); err != nil {
+	if err := b.Unsubscribe("news", "a"); err != nil {
 		t.Fatal(err)
 	}
-	if di, _ := db.Destination(kdb.Topic, "news"); di.Count != 1 {
+	if di, _ := b.Destination(broker.Topic, "news"); di.Count != 1 {
 		t.Fatalf("after unsubscribe: %+v", di)
 	}
-	subs, err := db.Subscriptions("news")
+	subs, err := b.Subscriptions("news")
 	if err != nil || len(subs) != 1 || subs[0].Name != "b" || subs[0].Pending != 1 {
 		t.Fatalf("subs %+v %v", subs, err)
 	}
-	if _, err := db.Pending("news", "a"); !errors.Is(err, kdb.ErrNotFound) {
+	if _, err := b.Pending("news", "a"); !errors.Is(err, kdb.ErrNotFound) {
 		t.Fatalf("pending of deleted sub: %v", err)
 	}
-	if err := db.Ack(kdb.Topic, "news", 5); !errors.Is(err, kdb.ErrInvalid) {
+	if err := b.Ack(broker.Topic, "news", 5); !errors.Is(err, kdb.ErrInvalid) {
 		t.Fatalf("Ack on topic: %v", err)
 	}
-	if err := db.Purge(kdb.Topic, "news"); err != nil {
+	if err := b.Purge(broker.Topic, "news"); err != nil {
 		t.Fatal(err)
 	}
-	if n, _ := db.Pending("news", "b"); n != 0 {
+	if n, _ := b.Pending("news", "b"); n != 0 {
 		t.Fatalf("pending after purge %d", n)
 	}
 }
 
 func TestBroker_Transactions(t *testing.T) {
 	fs := vfs.NewMem()
-	db := openBroker(t, fs)
-	mustSend(t, db, kdb.Queue, "in", msg("i1", "", 0, "work"))
-	tx := db.BeginTx()
+	b := openBroker(t, fs)
+	mustSend(t, b, broker.Queue, "in", msg("i1", "", 0, "work"))
+	tx := b.BeginTx()
 	out := msg("o1", "p", 1, "result")
-	_ = tx.Send(kdb.Queue, "out", out)
-	_ = tx.Ack(kdb.Queue, "in", 1)
+	_ = tx.Send(broker.Queue, "out", out)
+	_ = tx.Ack(broker.Queue, "in", 1)
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
 	if out.Seq != 1 {
 		t.Fatalf("seq %d", out.Seq)
 	}
-	if di, _ := db.Destination(kdb.Queue, "in"); di.Count != 0 {
+	if di, _ := b.Destination(broker.Queue, "in"); di.Count != 0 {
 		t.Fatalf("%+v", di)
 	}
 	// A failing op rolls the whole commit back.
-	tx = db.BeginTx()
-	_ = tx.Send(kdb.Queue, "out", msg("o2", "", 0, ""))
-	_ = tx.Ack(kdb.Queue, "in", 1)
+	tx = b.BeginTx()
+	_ = tx.Send(broker.Queue, "out", msg("o2", "", 0, ""))
+	_ = tx.Ack(broker.Queue, "in", 1)
 	if err := tx.Commit(); !errors.Is(err, kdb.ErrNotFound) {
 		t.Fatalf("commit with a bad ack: %v", err)
 	}
-	if di, _ := db.Destination(kdb.Queue, "out"); di.Count != 1 {
+	if di, _ := b.Destination(broker.Queue, "out"); di.Count != 1 {
 		t.Fatalf("partial commit: %+v", di)
 	}
-	tx = db.BeginTx()
-	_ = tx.Send(kdb.Queue, "out", msg("o3", "", 0, ""))
+	tx = b.BeginTx()
+	_ = tx.Send(broker.Queue, "out", msg("o3", "", 0, ""))
 	tx.Rollback()
 	if err := tx.Commit(); !errors.Is(err, kdb.ErrInvalid) {
 		t.Fatal(err)
 	}
 	// Two-phase.
-	tx = db.BeginTx()
-	_ = tx.Send(kdb.Queue, "out", msg("o4", "", 0, "xa"))
-	_ = tx.Ack(kdb.Queue, "out", 1)
+	tx = b.BeginTx()
+	_ = tx.Send(broker.Queue, "out", msg("o4", "", 0, "xa"))
+	_ = tx.Ack(broker.Queue, "out", 1)
 	if err := tx.Prepare("xid-1"); err != nil {
 		t.Fatal(err)
 	}
-	tx2 := db.BeginTx()
-	_ = tx2.Send(kdb.Queue, "out", msg("o5", "", 0, "xa2"))
+	tx2 := b.BeginTx()
+	_ = tx2.Send(broker.Queue, "out", msg("o5", "", 0, "xa2"))
 	if err := tx2.Prepare("xid-2"); err != nil {
 		t.Fatal(err)
 	}
-	if di, _ := db.Destination(kdb.Queue, "out"); di.Count != 1 {
+	if di, _ := b.Destination(broker.Queue, "out"); di.Count != 1 {
 		t.Fatalf("prepared is not visible: %+v", di)
 	}
 	// Crash: an image of what is durable now.
 	img := fs.CrashClone(vfs.CrashOptions{KeepUnsynced: 0})
-	db2 := openBroker(t, img)
-	xids, err := db2.Prepared()
+	b2 := openBroker(t, img)
+	xids, err := b2.Prepared()
 	if err != nil || len(xids) != 2 || xids[0] != "xid-1" {
 		t.Fatalf("prepared after crash %v %v", xids, err)
 	}
-	if err := db2.CommitPrepared("xid-1"); err != nil {
+	if err := b2.CommitPrepared("xid-1"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db2.RollbackPrepared("xid-2"); err != nil {
+	if err := b2.RollbackPrepared("xid-2"); err != nil {
 		t.Fatal(err)
 	}
-	if err := db2.CommitPrepared("xid-2"); !errors.Is(err, kdb.ErrNotFound) {
+	if err := b2.CommitPrepared("xid-2"); !errors.Is(err, kdb.ErrNotFound) {
 		t.Fatal(err)
 	}
-	ms, err := db2.Read(kdb.Queue, "out", 0, 10)
+	ms, err := b2.Read(broker.Queue, "out", 0, 10)
 	if err != nil || len(ms) != 1 || ms[0].ID != "o4" || ms[0].Seq != 2 {
 		t.Fatalf("after 2pc %+v %v", ms, err)
 	}
-	if xids, _ := db2.Prepared(); len(xids) != 0 {
+	if xids, _ := b2.Prepared(); len(xids) != 0 {
 		t.Fatal(xids)
 	}
 }
 
 func TestBroker_ConcurrentProducers(t *testing.T) {
 	fs := vfs.NewMem()
-	db := openBroker(t, fs)
+	b := openBroker(t, fs)
 	const producers, each = 8, 200
 	var wg sync.WaitGroup
 	errs := make(chan error, producers)
@@ -322,12 +345,12 @@ func TestBroker_ConcurrentProducers(t *testing.T) {
 			defer wg.Done()
 			for i := 1; i <= each; i++ {
 				m := msg(fmt.Sprintf("p%d-%d", p, i), fmt.Sprint("p", p), uint64(i), "payload")
-				if _, err := db.Send(kdb.Queue, "q", m); err != nil {
+				if _, err := b.Send(broker.Queue, "q", m); err != nil {
 					errs <- err
 					return
 				}
 				if i%3 == 0 {
-					if err := db.Ack(kdb.Queue, "q", m.Seq); err != nil {
+					if err := b.Ack(broker.Queue, "q", m.Seq); err != nil {
 						errs <- err
 						return
 					}
@@ -340,11 +363,11 @@ func TestBroker_ConcurrentProducers(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
-	di, err := db.Destination(kdb.Queue, "q")
+	di, err := b.Destination(broker.Queue, "q")
 	if err != nil || di.NextSeq != producers*each+1 || di.Count != producers*(each-each/3) {
 		t.Fatalf("%+v %v", di, err)
 	}
-	if st := db.Stats(); st.Commits >= st.Batches {
+	if st := b.DB().Stats(); st.Commits >= st.Batches {
 		t.Logf("no group commit seen: %d commits for %d batches", st.Commits, st.Batches)
 	}
 }
@@ -356,9 +379,9 @@ func TestBroker_ConcurrentProducers(t *testing.T) {
 // taken, with counts and reference counts that Check's recount agrees with.
 func TestBroker_ConcurrentCrash(t *testing.T) {
 	fs := vfs.NewMem()
-	db := openBroker(t, fs)
+	b := openBroker(t, fs)
 	for _, s := range []string{"s1", "s2"} {
-		if err := db.Subscribe("t", s); err != nil {
+		if err := b.Subscribe("t", s); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -383,14 +406,14 @@ func TestBroker_ConcurrentCrash(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			dest, kind := fmt.Sprint("q", w%2), kdb.Queue
+			dest, kind := fmt.Sprint("q", w%2), broker.Queue
 			if w >= 4 {
-				dest, kind = "t", kdb.Topic
+				dest, kind = "t", broker.Topic
 			}
 			for i := 0; i < each; i++ {
 				id := fmt.Sprintf("w%d-%d", w, i)
 				m := msg(id, fmt.Sprint("w", w), uint64(i+1), string(bytes.Repeat([]byte{'b'}, i%200)))
-				if _, err := db.Send(kind, dest, m); err != nil {
+				if _, err := b.Send(kind, dest, m); err != nil {
 					errs <- err
 					return
 				}
@@ -399,12 +422,12 @@ func TestBroker_ConcurrentCrash(t *testing.T) {
 				a.mu.Unlock()
 				if i%2 == 0 {
 					var err error
-					if kind == kdb.Queue {
-						err = db.Ack(kind, dest, m.Seq)
+					if kind == broker.Queue {
+						err = b.Ack(kind, dest, m.Seq)
 					} else {
-						err = db.AckSub(dest, "s1", m.Seq)
+						err = b.AckSub(dest, "s1", m.Seq)
 						if err == nil {
-							err = db.AckSub(dest, "s2", m.Seq)
+							err = b.AckSub(dest, "s2", m.Seq)
 						}
 					}
 					if err != nil {
@@ -442,16 +465,17 @@ func TestBroker_ConcurrentCrash(t *testing.T) {
 		if err != nil {
 			t.Fatalf("image %d: %v", n, err)
 		}
-		if _, err := db2.Check(); err != nil {
+		b2 := openOn(t, db2)
+		if err := checkStore(b2); err != nil {
 			t.Fatalf("image %d: check: %v", n, err)
 		}
 		for k, seq := range img.sent {
 			dest, id, _ := strings.Cut(k, "/")
-			kind := kdb.Queue
+			kind := broker.Queue
 			if dest == "t" {
-				kind = kdb.Topic
+				kind = broker.Topic
 			}
-			m, err := db2.GetMessage(kind, dest, id)
+			m, err := b2.GetMessage(kind, dest, id)
 			switch {
 			case img.gone[fmt.Sprint(dest, "/", seq)]:
 				if err == nil {
@@ -477,7 +501,7 @@ func TestBroker_ConcurrentCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	st := db.Stats()
+	st := b.DB().Stats()
 	t.Logf("%d crash images checked; %d commits for %d batches", len(images), st.Commits, st.Batches)
 }
 
@@ -489,43 +513,44 @@ func TestBroker_UnsubscribeMany(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	b := openOn(t, db)
 	defer func() {
-		if _, err := db.Check(); err != nil {
+		if err := checkStore(b); err != nil {
 			t.Error(err)
 		}
 		_ = db.Close()
 	}()
 	for _, s := range []string{"keep", "drop"} {
-		if err := db.Subscribe("t", s); err != nil {
+		if err := b.Subscribe("t", s); err != nil {
 			t.Fatal(err)
 		}
 	}
 	const n = 1000
 	for i := range n {
-		mustSend(t, db, kdb.Topic, "t", msg(fmt.Sprint("m", i), "", 0, "x"))
+		mustSend(t, b, broker.Topic, "t", msg(fmt.Sprint("m", i), "", 0, "x"))
 	}
-	if err := db.Unsubscribe("t", "drop"); err != nil {
+	if err := b.Unsubscribe("t", "drop"); err != nil {
 		t.Fatal(err)
 	}
-	if p, _ := db.Pending("t", "keep"); p != n {
+	if p, _ := b.Pending("t", "keep"); p != n {
 		t.Fatalf("keep pending %d", p)
 	}
-	if subs, _ := db.Subscriptions("t"); len(subs) != 1 {
+	if subs, _ := b.Subscriptions("t"); len(subs) != 1 {
 		t.Fatalf("%+v", subs)
 	}
-	ms, _ := db.ReadSub("t", "keep", 0, 2*n)
+	ms, _ := b.ReadSub("t", "keep", 0, 2*n)
 	seqs := make([]uint64, len(ms))
 	for i, m := range ms {
 		seqs[i] = m.Seq
 	}
 	for len(seqs) > 0 {
 		k := min(len(seqs), 50)
-		if err := db.AckSub("t", "keep", seqs[:k]...); err != nil {
+		if err := b.AckSub("t", "keep", seqs[:k]...); err != nil {
 			t.Fatal(err)
 		}
 		seqs = seqs[k:]
 	}
-	if d, _ := db.Destination(kdb.Topic, "t"); d.Count != 0 {
+	if d, _ := b.Destination(broker.Topic, "t"); d.Count != 0 {
 		t.Fatalf("%+v", d)
 	}
 }

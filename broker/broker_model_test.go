@@ -1,4 +1,4 @@
-package kdb_test
+package broker_test
 
 import (
 	"errors"
@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -37,7 +38,7 @@ type mBroker struct {
 
 type mOp struct {
 	kind      int // 1 send, 2 ack, 3 acksub
-	dk        kdb.DestKind
+	dk        broker.DestKind
 	dest, sub string
 	m         mMsg
 	seqs      []uint64
@@ -63,9 +64,9 @@ func (b *mBroker) clone() *mBroker {
 	return c
 }
 
-func dk(kind kdb.DestKind, name string) string { return string(rune('0'+kind)) + name }
+func dk(kind broker.DestKind, name string) string { return string(rune('0'+kind)) + name }
 
-func (b *mBroker) dest(kind kdb.DestKind, name string, create bool) *mDest {
+func (b *mBroker) dest(kind broker.DestKind, name string, create bool) *mDest {
 	d := b.dests[dk(kind, name)]
 	if d == nil && create {
 		d = &mDest{next: 1, msgs: map[uint64]mMsg{}, ids: map[string]uint64{}, prod: map[string]uint64{},
@@ -81,11 +82,11 @@ func (b *mBroker) apply(o mOp) (uint64, error) {
 		d := b.dest(o.dk, o.dest, true)
 		if o.m.pid != "" {
 			if last, ok := d.prod[o.m.pid]; ok && o.m.pseq <= last {
-				return 0, kdb.ErrDuplicate
+				return 0, broker.ErrDuplicate
 			}
 		}
 		if _, ok := d.ids[o.m.id]; ok {
-			return 0, kdb.ErrDuplicate
+			return 0, broker.ErrDuplicate
 		}
 		seq := d.next
 		d.next++
@@ -93,7 +94,7 @@ func (b *mBroker) apply(o mOp) (uint64, error) {
 			d.prod[o.m.pid] = o.m.pseq
 		}
 		n := 1
-		if o.dk == kdb.Topic {
+		if o.dk == broker.Topic {
 			n = len(d.subs)
 			if n == 0 {
 				return seq, nil
@@ -105,7 +106,7 @@ func (b *mBroker) apply(o mOp) (uint64, error) {
 		d.msgs[seq], d.ids[o.m.id], d.refs[seq] = o.m, seq, n
 		return seq, nil
 	case 2:
-		if o.dk != kdb.Queue {
+		if o.dk != broker.Queue {
 			return 0, kdb.ErrInvalid
 		}
 		d := b.dest(o.dk, o.dest, false)
@@ -119,7 +120,7 @@ func (b *mBroker) apply(o mOp) (uint64, error) {
 			d.unref(s)
 		}
 	case 3:
-		d := b.dest(kdb.Topic, o.dest, false)
+		d := b.dest(broker.Topic, o.dest, false)
 		if d == nil || d.subs[o.sub] == nil {
 			return 0, kdb.ErrNotFound
 		}
@@ -153,23 +154,23 @@ func (b *mBroker) applyTx(ops []mOp) (*mBroker, error) {
 	return c, nil
 }
 
-func (o mOp) message() *kdb.Message {
-	return &kdb.Message{ID: o.m.id, ProducerID: o.m.pid, ProducerSeq: o.m.pseq, Body: []byte(o.m.body),
+func (o mOp) message() *broker.Message {
+	return &broker.Message{ID: o.m.id, ProducerID: o.m.pid, ProducerSeq: o.m.pseq, Body: []byte(o.m.body),
 		Properties: map[string]string{"k": o.m.id}}
 }
 
-func execOp(db *kdb.DB, o mOp) (uint64, error) {
+func execOp(bk *broker.Broker, o mOp) (uint64, error) {
 	switch o.kind {
 	case 1:
-		return db.Send(o.dk, o.dest, o.message())
+		return bk.Send(o.dk, o.dest, o.message())
 	case 2:
-		return 0, db.Ack(o.dk, o.dest, o.seqs...)
+		return 0, bk.Ack(o.dk, o.dest, o.seqs...)
 	default:
-		return 0, db.AckSub(o.dest, o.sub, o.seqs...)
+		return 0, bk.AckSub(o.dest, o.sub, o.seqs...)
 	}
 }
 
-func addTxOp(tx *kdb.BrokerTx, o mOp) {
+func addTxOp(tx *broker.Tx, o mOp) {
 	switch o.kind {
 	case 1:
 		_ = tx.Send(o.dk, o.dest, o.message())
@@ -181,8 +182,8 @@ func addTxOp(tx *kdb.BrokerTx, o mOp) {
 }
 
 // compare requires the store to hold exactly the model's state.
-func compare(db *kdb.DB, b *mBroker) error {
-	ds, err := db.Destinations()
+func compare(bk *broker.Broker, b *mBroker) error {
+	ds, err := bk.Destinations()
 	if err != nil {
 		return err
 	}
@@ -197,7 +198,7 @@ func compare(db *kdb.DB, b *mBroker) error {
 		if di.Count != uint64(len(d.msgs)) || di.NextSeq != d.next {
 			return fmt.Errorf("%s %q: count %d next %d, model %d %d", di.Kind, di.Name, di.Count, di.NextSeq, len(d.msgs), d.next)
 		}
-		ms, err := db.Read(di.Kind, di.Name, 0, 1<<30)
+		ms, err := bk.Read(di.Kind, di.Name, 0, 1<<30)
 		if err != nil {
 			return err
 		}
@@ -211,8 +212,8 @@ func compare(db *kdb.DB, b *mBroker) error {
 				return fmt.Errorf("%s %q: message %d is %+v, model seq %d %+v", di.Kind, di.Name, i, m, seqs[i], w)
 			}
 		}
-		if di.Kind == kdb.Topic {
-			subs, err := db.Subscriptions(di.Name)
+		if di.Kind == broker.Topic {
+			subs, err := bk.Subscriptions(di.Name)
 			if err != nil {
 				return err
 			}
@@ -224,7 +225,7 @@ func compare(db *kdb.DB, b *mBroker) error {
 				if !ok || s.Pending != uint64(len(p)) {
 					return fmt.Errorf("topic %q sub %q: pending %d, model %d (%v)", di.Name, s.Name, s.Pending, len(p), ok)
 				}
-				ms, err := db.ReadSub(di.Name, s.Name, 0, 1<<30)
+				ms, err := bk.ReadSub(di.Name, s.Name, 0, 1<<30)
 				if err != nil {
 					return err
 				}
@@ -237,21 +238,21 @@ func compare(db *kdb.DB, b *mBroker) error {
 			}
 		}
 	}
-	xids, err := db.Prepared()
+	xids, err := bk.Prepared()
 	if err != nil {
 		return err
 	}
 	if !slices.Equal(xids, slices.Sorted(maps.Keys(b.prepared))) {
 		return fmt.Errorf("prepared %v, model %v", xids, slices.Sorted(maps.Keys(b.prepared)))
 	}
-	if _, err := db.Check(); err != nil {
+	if err := checkStore(bk); err != nil {
 		return err
 	}
 	return nil
 }
 
 func errClass(err error) error {
-	for _, s := range []error{kdb.ErrDuplicate, kdb.ErrNotFound, kdb.ErrInvalid} {
+	for _, s := range []error{broker.ErrDuplicate, kdb.ErrNotFound, kdb.ErrInvalid} {
 		if errors.Is(err, s) {
 			return s
 		}
@@ -281,11 +282,12 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		t.Fatal(err)
 	}
 	defer func() { _ = db.Close() }()
+	bk := openOn(t, db)
 	model := newModel()
 	queues, topics, subs := []string{"q1", "q2", "q3"}, []string{"t1", "t2"}, []string{"s1", "s2", "s3"}
 	pseq := map[string]uint64{}
 	nextID := 0
-	randSeq := func(kind kdb.DestKind, name string) uint64 {
+	randSeq := func(kind broker.DestKind, name string) uint64 {
 		d := model.dests[dk(kind, name)]
 		if d == nil || len(d.msgs) == 0 || rng.IntN(10) == 0 {
 			return uint64(rng.IntN(50))
@@ -296,9 +298,9 @@ func runModel(t *testing.T, seed uint64, steps int) {
 	randOp := func() mOp {
 		switch r := rng.IntN(10); {
 		case r < 5:
-			o := mOp{kind: 1, dk: kdb.Queue, dest: queues[rng.IntN(len(queues))]}
+			o := mOp{kind: 1, dk: broker.Queue, dest: queues[rng.IntN(len(queues))]}
 			if rng.IntN(3) == 0 {
-				o.dk, o.dest = kdb.Topic, topics[rng.IntN(len(topics))]
+				o.dk, o.dest = broker.Topic, topics[rng.IntN(len(topics))]
 			}
 			nextID++
 			o.m.id = fmt.Sprint("id", nextID)
@@ -317,11 +319,11 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			return o
 		case r < 8:
 			q := queues[rng.IntN(len(queues))]
-			return mOp{kind: 2, dk: kdb.Queue, dest: q, seqs: []uint64{randSeq(kdb.Queue, q)}}
+			return mOp{kind: 2, dk: broker.Queue, dest: q, seqs: []uint64{randSeq(broker.Queue, q)}}
 		default:
 			tp, s := topics[rng.IntN(len(topics))], subs[rng.IntN(len(subs))]
-			o := mOp{kind: 3, dk: kdb.Topic, dest: tp, sub: s, seqs: []uint64{uint64(rng.IntN(40))}}
-			if d := model.dests[dk(kdb.Topic, tp)]; d != nil && len(d.subs[s]) > 0 && rng.IntN(5) > 0 {
+			o := mOp{kind: 3, dk: broker.Topic, dest: tp, sub: s, seqs: []uint64{uint64(rng.IntN(40))}}
+			if d := model.dests[dk(broker.Topic, tp)]; d != nil && len(d.subs[s]) > 0 && rng.IntN(5) > 0 {
 				p := slices.Sorted(maps.Keys(d.subs[s]))
 				o.seqs = []uint64{p[0]}
 			}
@@ -337,7 +339,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			o := randOp()
 			var seq, wseq uint64
 			wseq, want = model.clone().apply(o)
-			seq, err = execOp(db, o)
+			seq, err = execOp(bk, o)
 			if errClass(err) == errClass(want) && err == nil {
 				model.apply(o)
 				if o.kind == 1 && seq != wseq {
@@ -345,7 +347,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				}
 			}
 		case r < 78:
-			tx := db.BeginTx()
+			tx := bk.BeginTx()
 			var ops []mOp
 			for range 1 + rng.IntN(3) {
 				o := randOp()
@@ -361,7 +363,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				model = next
 			}
 		case r < 82:
-			tx := db.BeginTx()
+			tx := bk.BeginTx()
 			var ops []mOp
 			for range 1 + rng.IntN(3) {
 				o := randOp()
@@ -381,14 +383,14 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			ids := slices.Sorted(maps.Keys(model.prepared))
 			id := ids[rng.IntN(len(ids))]
 			if rng.IntN(2) == 0 {
-				err = db.RollbackPrepared(id)
+				err = bk.RollbackPrepared(id)
 				if err == nil {
 					delete(model.prepared, id)
 				}
 			} else {
 				var next *mBroker
 				next, want = model.applyTx(model.prepared[id])
-				if err = db.CommitPrepared(id); err == nil {
+				if err = bk.CommitPrepared(id); err == nil {
 					model = next
 					delete(model.prepared, id)
 				}
@@ -396,14 +398,14 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		case r < 92:
 			tp, s := topics[rng.IntN(len(topics))], subs[rng.IntN(len(subs))]
 			if rng.IntN(3) > 0 {
-				err = db.Subscribe(tp, s)
-				d := model.dest(kdb.Topic, tp, true)
+				err = bk.Subscribe(tp, s)
+				d := model.dest(broker.Topic, tp, true)
 				if err == nil && d.subs[s] == nil {
 					d.subs[s] = map[uint64]bool{}
 				}
 			} else {
-				err = db.Unsubscribe(tp, s)
-				d := model.dest(kdb.Topic, tp, false)
+				err = bk.Unsubscribe(tp, s)
+				d := model.dest(broker.Topic, tp, false)
 				if d == nil || d.subs[s] == nil {
 					want = kdb.ErrNotFound
 				} else if err == nil {
@@ -414,16 +416,16 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				}
 			}
 		case r < 95:
-			kind, name := kdb.Queue, queues[rng.IntN(len(queues))]
+			kind, name := broker.Queue, queues[rng.IntN(len(queues))]
 			if rng.IntN(2) == 0 {
-				kind, name = kdb.Topic, topics[rng.IntN(len(topics))]
+				kind, name = broker.Topic, topics[rng.IntN(len(topics))]
 			}
 			d := model.dest(kind, name, false)
 			if d == nil {
 				want = kdb.ErrNotFound
 			}
 			if rng.IntN(3) > 0 {
-				if err = db.Purge(kind, name); err == nil {
+				if err = bk.Purge(kind, name); err == nil {
 					clear(d.msgs)
 					clear(d.ids)
 					clear(d.refs)
@@ -431,7 +433,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 						clear(p)
 					}
 				}
-			} else if err = db.DeleteDestination(kind, name); err == nil {
+			} else if err = bk.DeleteDestination(kind, name); err == nil {
 				delete(model.dests, dk(kind, name))
 			}
 		default:
@@ -450,7 +452,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 				after = model.clone()
 				_, want := after.apply(o)
 				done := make(chan error, 1)
-				go func() { _, err := execOp(db, o); done <- err }()
+				go func() { _, err := execOp(bk, o); done <- err }()
 				for range rng.IntN(3) {
 					runtime.Gosched()
 				}
@@ -467,11 +469,12 @@ func runModel(t *testing.T, seed uint64, steps int) {
 			if db, err = kdb.Open("/db", brokerOpts(fs)); err != nil {
 				t.Fatalf("step %d: reopen: %v", step, err)
 			}
-			if err := compare(db, before); err != nil {
+			bk = openOn(t, db)
+			if err := compare(bk, before); err != nil {
 				if !inflight {
 					t.Fatalf("step %d: after recovery: %v", step, err)
 				}
-				if err2 := compare(db, after); err2 != nil {
+				if err2 := compare(bk, after); err2 != nil {
 					t.Fatalf("step %d: after recovery, neither before (%v) nor after (%v) the operation in flight", step, err, err2)
 				}
 				model = after
@@ -486,7 +489,7 @@ func runModel(t *testing.T, seed uint64, steps int) {
 		outcome[fmt.Sprint(errClass(err))]++
 	}
 	t.Logf("outcomes %v, %d recoveries (%d kept the operation in flight)", outcome, recoveries, inflights)
-	if err := compare(db, model); err != nil {
+	if err := compare(bk, model); err != nil {
 		t.Fatalf("end: %v", err)
 	}
 }

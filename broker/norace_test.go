@@ -1,0 +1,5 @@
+//go:build !race
+
+package broker_test
+
+const raceEnabled = false
