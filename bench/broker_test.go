@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -34,6 +35,10 @@ func BenchmarkBrokerDrain(b *testing.B) {
 					b.Fatal(err)
 				}
 			}()
+			br, err := broker.Open(db)
+			if err != nil {
+				b.Fatal(err)
+			}
 			body := make([]byte, 1024)
 			for i := range body {
 				body[i] = byte(i * 7)
@@ -55,9 +60,9 @@ func BenchmarkBrokerDrain(b *testing.B) {
 						if i > int64(b.N) {
 							return
 						}
-						m := &kdb.Message{ID: fmt.Sprint("m-", i), ProducerID: pid, ProducerSeq: uint64(i), Body: body,
+						m := &broker.Message{ID: fmt.Sprint("m-", i), ProducerID: pid, ProducerSeq: uint64(i), Body: body,
 							Properties: map[string]string{"JMSType": "bench"}}
-						if _, err := db.Send(kdb.Queue, "bench", m); err != nil {
+						if _, err := br.Send(broker.Queue, "bench", m); err != nil {
 							errs <- err
 							return
 						}
@@ -72,7 +77,7 @@ func BenchmarkBrokerDrain(b *testing.B) {
 				go func() {
 					defer wg.Done()
 					for s := range seqs {
-						if err := db.Ack(kdb.Queue, "bench", s); err != nil {
+						if err := br.Ack(broker.Queue, "bench", s); err != nil {
 							errs <- err
 							return
 						}
@@ -81,7 +86,7 @@ func BenchmarkBrokerDrain(b *testing.B) {
 			}
 			var from uint64
 			for got := 0; got < b.N; {
-				ms, err := db.Read(kdb.Queue, "bench", from, 256)
+				ms, err := br.Read(broker.Queue, "bench", from, 256)
 				if err != nil || len(ms) == 0 {
 					b.Fatalf("read from %d: %d messages, %v", from, len(ms), err)
 				}
@@ -99,7 +104,7 @@ func BenchmarkBrokerDrain(b *testing.B) {
 			for err := range errs {
 				b.Fatal(err)
 			}
-			if d, err := db.Destination(kdb.Queue, "bench"); err != nil || d.Count != 0 {
+			if d, err := br.Destination(broker.Queue, "bench"); err != nil || d.Count != 0 {
 				b.Fatalf("left %+v %v", d, err)
 			}
 			b.ReportMetric(float64(b.N)/total.Seconds(), "msgs/s")
@@ -115,7 +120,7 @@ func BenchmarkBrokerDrain(b *testing.B) {
 // it, in a loop (SyncAlways: every Send is durable on return). With
 // acks=sync each Ack is durable on return too; with acks=async it is
 // journaled and applied at once and made durable by the next synced write
-// (DB.AckAsync). pairs/s is b.N send+ack pairs over the wall time,
+// (Broker.AckAsync). pairs/s is b.N send+ack pairs over the wall time,
 // fsyncs/pair the journal fsyncs per pair, and pairs-per-floor-fsync is
 // pairs/s divided by the fsyncs/s a bare 1 KiB write + fdatasync reaches
 // on the same disk, measured in slices interleaved with the pairs
@@ -146,13 +151,17 @@ func benchBrokerPairs(b *testing.B, producers int, async bool) {
 			b.Fatal(err)
 		}
 	}()
+	br, err := broker.Open(db)
+	if err != nil {
+		b.Fatal(err)
+	}
 	body := make([]byte, 1024)
 	for i := range body {
 		body[i] = byte(i * 7)
 	}
-	ack := db.Ack
+	ack := br.Ack
 	if async {
-		ack = db.AckAsync
+		ack = br.AckAsync
 	}
 	fs0 := db.Stats().JournalFsyncs
 	sync0 := st.ns.Load()
@@ -171,11 +180,11 @@ func benchBrokerPairs(b *testing.B, producers int, async bool) {
 				pid := fmt.Sprint("producer-", p)
 				for next.Add(1) <= int64(n) {
 					i := id.Add(1)
-					m := &kdb.Message{ID: fmt.Sprint("m-", i), ProducerID: pid, ProducerSeq: uint64(i), Body: body,
+					m := &broker.Message{ID: fmt.Sprint("m-", i), ProducerID: pid, ProducerSeq: uint64(i), Body: body,
 						Properties: map[string]string{"JMSType": "bench"}}
-					seq, err := db.Send(kdb.Queue, "bench", m)
+					seq, err := br.Send(broker.Queue, "bench", m)
 					if err == nil {
-						err = ack(kdb.Queue, "bench", seq)
+						err = ack(broker.Queue, "bench", seq)
 					}
 					if err != nil {
 						failed.Store(err)
@@ -189,7 +198,7 @@ func benchBrokerPairs(b *testing.B, producers int, async bool) {
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)
 	}
-	if d, err := db.Destination(kdb.Queue, "bench"); err != nil || d.Count != 0 {
+	if d, err := br.Destination(broker.Queue, "bench"); err != nil || d.Count != 0 {
 		b.Fatal(errors.Join(err, fmt.Errorf("left %+v", d)))
 	}
 	pairs := float64(b.N) / el.Seconds()

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 )
 
 // forged is a name that, printed raw, would add a line to a report that
@@ -20,6 +21,10 @@ func escapeStore(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	br, err := broker.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b := kdb.NewBatch()
 	b.Put(forged, []byte("k"+forged), []byte("v"+forged))
 	b.Put("plain", []byte("k1"), []byte("v1"))
@@ -28,10 +33,10 @@ func escapeStore(t *testing.T) string {
 	if err := db.Write(b); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Subscribe("t"+forged, "s"+forged); err != nil {
+	if err := br.Subscribe("t"+forged, "s"+forged); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := db.Send(kdb.Queue, "q"+forged, &kdb.Message{ID: "id" + forged, ProducerID: "p" + forged,
+	if _, err := br.Send(broker.Queue, "q"+forged, &broker.Message{ID: "id" + forged, ProducerID: "p" + forged,
 		Properties: map[string]string{"k" + forged: "v" + forged}, Body: []byte("b" + forged)}); err != nil {
 		t.Fatal(err)
 	}

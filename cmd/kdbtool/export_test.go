@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 )
 
 // storeContent is everything export promises to carry: indexes, and the
@@ -21,6 +22,10 @@ func storeContent(t *testing.T, dir string) string {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	br, err := broker.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var sb strings.Builder
 	err = db.View(func(s *kdb.Snapshot) error {
 		names, err := s.Indexes()
@@ -41,35 +46,35 @@ func storeContent(t *testing.T, dir string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	prep, err := db.Prepared()
+	prep, err := br.Prepared()
 	if err != nil {
 		t.Fatal(err)
 	}
 	fmt.Fprintf(&sb, "prepared %v\n", prep)
-	dests, err := db.Destinations()
+	dests, err := br.Destinations()
 	if err != nil {
 		t.Fatal(err)
 	}
-	msgLine := func(m kdb.Message) string {
+	msgLine := func(m broker.Message) string {
 		return fmt.Sprintf("%d %s %s/%d %v %q", m.Seq, m.ID, m.ProducerID, m.ProducerSeq, m.Properties, m.Body)
 	}
 	for _, d := range dests {
 		fmt.Fprintf(&sb, "dest %s %s count %d bytes %d next %d\n", d.Kind, d.Name, d.Count, d.Bytes, d.NextSeq)
-		ms, err := db.Read(d.Kind, d.Name, 0, 1<<20)
+		ms, err := br.Read(d.Kind, d.Name, 0, 1<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range ms {
 			fmt.Fprintf(&sb, "  msg %s\n", msgLine(m))
 		}
-		if d.Kind == kdb.Topic {
-			subs, err := db.Subscriptions(d.Name)
+		if d.Kind == broker.Topic {
+			subs, err := br.Subscriptions(d.Name)
 			if err != nil {
 				t.Fatal(err)
 			}
 			for _, s := range subs {
 				fmt.Fprintf(&sb, "  sub %s pending %d\n", s.Name, s.Pending)
-				ms, err := db.ReadSub(d.Name, s.Name, 0, 1<<20)
+				ms, err := br.ReadSub(d.Name, s.Name, 0, 1<<20)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -89,29 +94,33 @@ func TestExport_ImportRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Subscribe("events", "billing"); err != nil {
+	br, err := broker.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := br.Subscribe("events", "billing"); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 4; i++ {
-		m := &kdb.Message{ID: fmt.Sprintf("p%d", i), ProducerID: "prod-1", ProducerSeq: uint64(i + 1),
+		m := &broker.Message{ID: fmt.Sprintf("p%d", i), ProducerID: "prod-1", ProducerSeq: uint64(i + 1),
 			Properties: map[string]string{"n": fmt.Sprint(i)}, Body: []byte(strings.Repeat("b", 600*i))}
-		if _, err := db.Send(kdb.Topic, "events", m); err != nil {
+		if _, err := br.Send(broker.Topic, "events", m); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// audit acks the first two new messages, billing only the last one;
 	// the queue loses its second message.
-	if err := db.AckSub("events", "audit", 6, 7); err != nil {
+	if err := br.AckSub("events", "audit", 6, 7); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.AckSub("events", "billing", 9); err != nil {
+	if err := br.AckSub("events", "billing", 9); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Ack(kdb.Queue, "orders", 2); err != nil {
+	if err := br.Ack(broker.Queue, "orders", 2); err != nil {
 		t.Fatal(err)
 	}
-	tx := db.BeginTx()
-	if err := tx.Send(kdb.Queue, "orders", &kdb.Message{ID: "in-doubt", Body: []byte("2pc")}); err != nil {
+	tx := br.BeginTx()
+	if err := tx.Send(broker.Queue, "orders", &broker.Message{ID: "in-doubt", Body: []byte("2pc")}); err != nil {
 		t.Fatal(err)
 	}
 	if err := tx.Prepare("xid-7"); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 )
 
 // runTool runs kdbtool in-process and returns its exit code and outputs.
@@ -60,6 +61,10 @@ func makeStore(t *testing.T, n int) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	br, err := broker.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	b := kdb.NewBatch()
 	for i := 0; i < n; i++ {
 		v := []byte(fmt.Sprintf("value-%d", i))
@@ -77,14 +82,14 @@ func makeStore(t *testing.T, n int) string {
 	if err := db.Write(b); err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Subscribe("events", "audit"); err != nil {
+	if err := br.Subscribe("events", "audit"); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i < 5; i++ {
-		if _, err := db.Send(kdb.Queue, "orders", &kdb.Message{ID: fmt.Sprintf("o%d", i), Body: []byte("order body")}); err != nil {
+		if _, err := br.Send(broker.Queue, "orders", &broker.Message{ID: fmt.Sprintf("o%d", i), Body: []byte("order body")}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := db.Send(kdb.Topic, "events", &kdb.Message{ID: fmt.Sprintf("e%d", i), Body: []byte("event")}); err != nil {
+		if _, err := br.Send(broker.Topic, "events", &broker.Message{ID: fmt.Sprintf("e%d", i), Body: []byte("event")}); err != nil {
 			t.Fatal(err)
 		}
 	}

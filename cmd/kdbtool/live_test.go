@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 )
 
 // liveWriter keeps a store busy: random puts and deletes (some values kept
@@ -38,6 +39,10 @@ func startLiveWriter(t *testing.T, dir string) *liveWriter {
 	if err != nil {
 		t.Fatal(err)
 	}
+	br, err := broker.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	w := &liveWriter{db: db, stop: make(chan struct{})}
 	fail := func(err error) {
 		w.mu.Lock()
@@ -57,7 +62,7 @@ func startLiveWriter(t *testing.T, dir string) *liveWriter {
 			b.Reset()
 		}
 	}
-	if err := db.Subscribe("livet", "s1"); err != nil {
+	if err := br.Subscribe("livet", "s1"); err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Checkpoint(); err != nil {
@@ -102,16 +107,16 @@ func startLiveWriter(t *testing.T, dir string) *liveWriter {
 				return
 			default:
 			}
-			q, err := db.Send(kdb.Queue, "liveq", &kdb.Message{ID: fmt.Sprintf("q%d", n), Body: bytes.Repeat([]byte("b"), 50+n%400)})
+			q, err := br.Send(broker.Queue, "liveq", &broker.Message{ID: fmt.Sprintf("q%d", n), Body: bytes.Repeat([]byte("b"), 50+n%400)})
 			var tq uint64
 			if err == nil {
-				tq, err = db.Send(kdb.Topic, "livet", &kdb.Message{ID: fmt.Sprintf("t%d", n), Body: []byte("event")})
+				tq, err = br.Send(broker.Topic, "livet", &broker.Message{ID: fmt.Sprintf("t%d", n), Body: []byte("event")})
 			}
 			if err == nil && lastQ != 0 {
-				err = db.Ack(kdb.Queue, "liveq", lastQ)
+				err = br.Ack(broker.Queue, "liveq", lastQ)
 			}
 			if err == nil && lastT != 0 {
-				err = db.AckSub("livet", "s1", lastT)
+				err = br.AckSub("livet", "s1", lastT)
 			}
 			if err != nil {
 				fail(err)
