@@ -22,12 +22,17 @@ import (
 // problem found while nothing changed is reported. See docs/DESIGN.md,
 // "Read-only opens of a live store".
 
-// liveAttempts bounds the runs of one command; liveSettle is the first wait
-// before the stamp is compared again (it grows with each attempt), long
-// enough for a checkpoint in progress to finish writing.
+// liveBudget bounds the time one command spends on runs spoiled by a
+// writer's changes (a run that began before it ran to its end); liveSettle
+// is the first wait before the stamp is compared again (it grows with each
+// attempt, up to liveSettleMax), long enough for a checkpoint in progress to
+// finish writing. A time, not a count: on a store checkpointed every few
+// milliseconds, a long run is spoiled most times, and the chance that one
+// fits between two checkpoints is per run.
 const (
-	liveAttempts = 30
-	liveSettle   = 20 * time.Millisecond
+	liveBudget    = 20 * time.Second
+	liveSettle    = 20 * time.Millisecond
+	liveSettleMax = 500 * time.Millisecond
 )
 
 // storeStamp identifies what a writer changes: the checkpoint state
@@ -74,19 +79,20 @@ func (s storeStamp) equal(o storeStamp) bool {
 }
 
 // retryLive runs op until it finds nothing wrong, or finds a problem while
-// the store did not change, or liveAttempts runs were spoiled by changes
+// the store did not change, or changes spoiled its runs for liveBudget
 // (then the last run's findings are returned). op reports whether its run
 // was clean; its error is returned as it is, unless it is kdb.ErrStale
 // (then op runs again).
 func retryLive[T any](dir string, op func() (out T, clean bool, err error)) (T, error) {
+	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		before, serr := readStamp(dir)
 		out, clean, err := op()
-		if (clean && err == nil) || serr != nil || attempt == liveAttempts {
+		if (clean && err == nil) || serr != nil || time.Since(start) >= liveBudget {
 			return out, err
 		}
 		if !errors.Is(err, kdb.ErrStale) && !errors.Is(err, pagefile.ErrStale) {
-			time.Sleep(time.Duration(attempt) * liveSettle)
+			time.Sleep(min(time.Duration(attempt)*liveSettle, liveSettleMax))
 			after, aerr := readStamp(dir)
 			if aerr != nil || after.equal(before) {
 				return out, err
