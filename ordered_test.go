@@ -354,3 +354,61 @@ func TestClose_AbandonsCommitsNeverWaited(t *testing.T) {
 		t.Fatalf("abandoned commit: %v", err)
 	}
 }
+
+// Txn.NoSync: the commit is applied, and readable, before Wait returns and
+// before it is durable, values kept in the journal included (they were
+// unreadable until the next fsync: "the index refers to a value ... which
+// the journal no longer holds"); a power loss before any sync loses it
+// whole; the next synced write makes it durable.
+func TestSubmit_NoSyncReadableThenDurable(t *testing.T) {
+	fs := vfs.NewCrashableMem()
+	db, err := kdb.Open("/db", &kdb.Options{FS: fs, CheckpointInterval: -1, SyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	big, small := make([]byte, 3000), []byte("small")
+	big[0] = 'B'
+	c, err := db.Submit(func(tx *kdb.Txn) error {
+		tx.NoSync()
+		if err := tx.Put("i", []byte("big"), big); err != nil {
+			return err
+		}
+		return tx.Put("i", []byte("small"), small)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for k, want := range map[string][]byte{"big": big, "small": small} {
+		if v, err := db.Get("i", []byte(k)); err != nil || string(v) != string(want) {
+			t.Fatalf("%s before its sync: %d bytes, %v", k, len(v), err)
+		}
+	}
+	reopen := func(img *vfs.MemFS) *kdb.DB {
+		db2, err := kdb.Open("/db", &kdb.Options{FS: img, CheckpointInterval: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return db2
+	}
+	lost := reopen(fs.CrashClone(vfs.CrashOptions{}))
+	for _, k := range []string{"big", "small"} {
+		if _, err := lost.Get("i", []byte(k)); !errors.Is(err, kdb.ErrNotFound) {
+			t.Fatalf("%s survived a power loss before any sync: %v", k, err)
+		}
+	}
+	lost.Close()
+	if err := db.Put("other", []byte("k"), []byte("v")); err != nil { // synced: carries the NoSync commit
+		t.Fatal(err)
+	}
+	kept := reopen(fs.CrashClone(vfs.CrashOptions{}))
+	defer kept.Close()
+	for k, want := range map[string][]byte{"big": big, "small": small} {
+		if v, err := kept.Get("i", []byte(k)); err != nil || string(v) != string(want) {
+			t.Fatalf("%s after a later synced write and a power loss: %d bytes, %v", k, len(v), err)
+		}
+	}
+}

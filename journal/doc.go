@@ -16,8 +16,10 @@
 // caller's goroutine, one at a time (Write); an fdatasync (SyncTo) runs
 // while the next batches are written and covers every batch written before
 // it began, so appenders from many goroutines share fdatasyncs (group
-// commit). Read and Iterate run concurrently with Append and with each
-// other; they see only records that are acknowledged.
+// commit). Read and Iterate run concurrently with Write and with each
+// other; Iterate sees only records that are acknowledged (durable under
+// SyncAlways), Read every record written, so that a caller may read a
+// record it applied before its fdatasync (an unsynced commit).
 //
 // Format: docs/FORMAT.md §4 "Journal".
 // Design: docs/DESIGN.md, "Journal".

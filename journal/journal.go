@@ -80,6 +80,7 @@ type Stats struct {
 //   - A segment other than the active one is sealed and wholly durable.
 //   - Under SyncAlways the published tail (mu.tail, segment.end) never
 //     passes a synced byte; under the other policies it is what was written.
+//     segment.written (what Read serves) is what was written, always.
 //   - mu.segs holds consecutive segment ids in ascending order; the last one
 //     is the active segment.
 //   - Once mu.err is set, every writing call returns it. A failed write or

@@ -28,10 +28,16 @@ type segment struct {
 	rw sync.RWMutex
 	f  vfs.File
 
-	size   int64 // file size as last known
-	end    int64 // offset just past the last acknowledged frame
-	last   int64 // offset of the last acknowledged frame, or -1
-	sealed bool  // ends with a seal record
+	size int64 // file size as last known
+	end  int64 // offset just past the last acknowledged frame
+	// written is the offset just past the last frame this process wrote
+	// (under SyncAlways it may pass end until the fdatasync): Read serves
+	// records up to it, since a caller refers to a record only once it was
+	// written (a NoSync or AckAsync commit is applied, and readable, before
+	// it is durable). Iterate and Tail stop at end.
+	written int64
+	last    int64 // offset of the last acknowledged frame, or -1
+	sealed  bool  // ends with a seal record
 	// unverified: Open checked only the header (Options.VerifyFrom); end
 	// is the file size, last is -1, and the records are verified by
 	// verifySegment before Iterate reads them.
@@ -113,7 +119,8 @@ func (r *chunkReader) at(off int64, n int) ([]byte, error) {
 	return r.buf[off-start : off-start+int64(n)], nil
 }
 
-// Read returns the acknowledged record at loc, verifying its checksum. The
+// Read returns the record at loc, verifying its checksum: any record
+// written, also one not yet durable (see segment.written). The
 // payload is a fresh slice owned by the caller. A Location that is not a
 // record of the journal gives ErrNotFound (or ErrCorrupt if it is within
 // the journal but does not hold a valid frame). A Location of an internal
@@ -157,7 +164,8 @@ func (j *Journal) ReadInto(loc Location, buf []byte) (Record, error) {
 	return Record{Type: h.typ, Payload: payload}, nil
 }
 
-// segmentFor returns the segment holding loc and its acknowledged end.
+// segmentFor returns the segment holding loc and the end of its records
+// written.
 func (j *Journal) segmentFor(loc Location) (*segment, int64, error) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -168,10 +176,11 @@ func (j *Journal) segmentFor(loc Location) (*segment, int64, error) {
 	if seg == nil {
 		return nil, 0, fmt.Errorf("%w: %s: no such segment", ErrNotFound, loc)
 	}
-	if loc.Offset < segHeaderSize || loc.Offset >= seg.end || loc.Offset%recAlign != 0 {
-		return nil, 0, fmt.Errorf("%w: %s: outside the acknowledged records of the segment", ErrNotFound, loc)
+	end := max(seg.end, seg.written)
+	if loc.Offset < segHeaderSize || loc.Offset >= end || loc.Offset%recAlign != 0 {
+		return nil, 0, fmt.Errorf("%w: %s: outside the records of the segment", ErrNotFound, loc)
 	}
-	return seg, seg.end, nil
+	return seg, end, nil
 }
 
 // findLocked returns the segment with the given id, or nil.

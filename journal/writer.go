@@ -74,6 +74,7 @@ func (j *Journal) writeBatch(recs []Record, size int64) ([]Location, Location, e
 	}
 	w.sinceMark = true
 	j.mu.Lock()
+	w.seg.written = w.off
 	j.mu.stats.Commits++
 	j.mu.stats.Records += int64(len(recs))
 	j.mu.stats.Batches++
