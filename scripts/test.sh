@@ -5,7 +5,8 @@
 #     with the long campaigns shortened (-short);
 #  3. the root's crash campaigns, kill test and error sweep at their default
 #     sizes without the race detector, printing their summary lines;
-#  4. bench/peers (a module of its own): go vet and its short tests.
+#  4. the other modules (bench/peers, integrations/*: each has its own
+#     go.mod): go vet and their short tests.
 # Longer sweeps: KDB_LONG=1 (see the README).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,5 +21,8 @@ echo "== crash campaign, kill test and error sweep at default size"
 go test -tags kdb_invariants -count=1 -timeout 20m -v \
   -run 'TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep' . \
   | grep -E '^(--- |ok|FAIL|PASS)|crash-points=|kills=|points='
-echo "== bench/peers"
-(cd bench/peers && go vet ./... && go test -short -count=1 -timeout 5m ./...)
+for mod in bench/peers integrations/*/; do
+  [ -f "$mod/go.mod" ] || continue
+  echo "== ${mod%/}"
+  (cd "$mod" && go vet ./... && go test -short -count=1 -timeout 15m ./...)
+done
