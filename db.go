@@ -304,6 +304,24 @@ func (db *DB) unlock() {
 // Dir returns the store's directory.
 func (db *DB) Dir() string { return db.dir }
 
+// Sync makes every write applied so far durable: the commits of
+// Txn.NoSync and Broker.AckAsync, and under Options.Sync other than
+// SyncAlways every write. It costs one fdatasync, shared with the writers
+// syncing at the same time, and nothing when everything is durable
+// already. A failure fails the handle.
+func (db *DB) Sync() error {
+	db.mu.Lock()
+	err := db.writableLocked()
+	db.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := db.j.Sync(); err != nil {
+		return db.fail(err)
+	}
+	return nil
+}
+
 // Close waits for writes in progress, takes a final checkpoint (unless the
 // handle failed, is read-only, or Options.NoCheckpointOnClose), and closes
 // the files. On return everything acknowledged is durable.
