@@ -8,11 +8,29 @@ import (
 	"github.com/kdb-project/kdb/journal"
 )
 
-// applier applies batches to the index inside one Update, the same way on
-// the live write path and in recovery's replay, and keeps the per-segment
-// counts of values that live in the journal.
+// applyTarget is the state the applier changes: the page file's index in
+// recovery's replay (ixTarget), the mem tables on the live write path
+// (memApply, mem.go). Values are as the page file's trees keep them: index
+// values (FORMAT.md §5.3), and bare counts in the segment-refs tree (§5.4).
+type applyTarget interface {
+	// current returns key's value in tree as the last applied batch left
+	// it.
+	current(tree, key []byte) (val []byte, ok bool, err error)
+	// put sets key to val, creating the tree if needed; existed says
+	// whether the key has a value now (current's ok).
+	put(tree, key, val []byte, existed bool) error
+	// del deletes key, which has a value now.
+	del(tree, key []byte) error
+	// drop calls each for every value of the tree, then drops it; a
+	// missing tree is nothing.
+	drop(tree []byte, each func(val []byte)) error
+}
+
+// applier applies batches, the same way on the live write path and in
+// recovery's replay, and keeps the per-segment counts of values that live
+// in the journal.
 type applier struct {
-	tx      *index.Tx
+	t       applyTarget
 	refs    map[journal.SegmentID]refDelta
 	scratch []byte
 	// moved and stale count the compaction moves that took effect and
@@ -27,41 +45,33 @@ type refDelta struct{ count, bytes int64 }
 func (a *applier) apply(ops []op, vals []journal.Location) error {
 	for i := range ops {
 		o := &ops[i]
-		t, err := a.tx.OpenTree(o.tree)
-		if err != nil {
-			return err
-		}
 		switch o.kind {
 		case opPut, opPutJournal:
-			if t == nil {
-				var err error
-				if t, err = a.tx.CreateTree(o.tree); err != nil {
-					return err
-				}
-			}
-			if err := a.unref(t, o.key); err != nil {
+			old, existed, err := a.t.current(o.tree, o.key)
+			if err != nil {
 				return err
 			}
-			v := a.scratch[:0]
+			a.unref(old, existed)
+			var v []byte
 			if o.kind == opPut {
+				v = make([]byte, 0, 1+len(o.value))
 				v = append(append(v, valInline), o.value...)
 			} else {
 				if o.ref >= len(vals) {
 					return fmt.Errorf("%w: batch refers to value record %d of %d", ErrCorrupt, o.ref, len(vals))
 				}
 				loc := vals[o.ref]
-				v = appendRef(v, loc, o.size)
+				v = appendRef(make([]byte, 0, valRefSize), loc, o.size)
 				a.addRef(loc.Segment, 1, int64(o.size))
 			}
-			a.scratch = v
-			if err := t.Put(o.key, v); err != nil {
+			if err := a.t.put(o.tree, o.key, v, existed); err != nil {
 				return err
 			}
 		case opMoveJournal:
 			if o.ref >= len(vals) {
 				return fmt.Errorf("%w: batch refers to value record %d of %d", ErrCorrupt, o.ref, len(vals))
 			}
-			ok, err := a.move(t, o, vals[o.ref])
+			ok, err := a.move(o, vals[o.ref])
 			if err != nil {
 				return err
 			}
@@ -71,29 +81,23 @@ func (a *applier) apply(ops []op, vals []journal.Location) error {
 				a.stale++
 			}
 		case opDelete:
-			if t == nil {
+			old, existed, err := a.t.current(o.tree, o.key)
+			if err != nil || !existed {
+				if err != nil {
+					return err
+				}
 				continue
 			}
-			if err := a.unref(t, o.key); err != nil {
-				return err
-			}
-			if _, err := t.Delete(o.key); err != nil {
+			a.unref(old, true)
+			if err := a.t.del(o.tree, o.key); err != nil {
 				return err
 			}
 		case opDropTree:
-			if t == nil {
-				continue
-			}
-			c := t.Cursor()
-			for _, v, ok := c.First(); ok; _, v, ok = c.Next() {
+			if err := a.t.drop(o.tree, func(v []byte) {
 				if seg, size, isRef := decodeRefHeader(v); isRef {
 					a.addRef(seg, -1, -int64(size))
 				}
-			}
-			if err := c.Err(); err != nil {
-				return err
-			}
-			if err := a.tx.DropTree(o.tree); err != nil {
+			}); err != nil {
 				return err
 			}
 		default:
@@ -103,17 +107,14 @@ func (a *applier) apply(ops []op, vals []journal.Location) error {
 	return nil
 }
 
-// move applies a compaction move: if key's value in t is still the
-// journal reference o.from (o.size bytes), it becomes a reference to the
-// copy at loc; otherwise (the key was overwritten, deleted or its tree
-// dropped since the compaction read it) nothing changes and the copy is
-// dead on arrival. The same rule runs in replay, on the same state, so a
-// recovery reproduces the outcome exactly.
-func (a *applier) move(t *index.Tree, o *op, loc journal.Location) (bool, error) {
-	if t == nil {
-		return false, nil
-	}
-	cur, ok, err := t.Get(o.key)
+// move applies a compaction move: if the key's value is still the journal
+// reference o.from (o.size bytes), it becomes a reference to the copy at
+// loc; otherwise (the key was overwritten, deleted or its tree dropped
+// since the compaction read it) nothing changes and the copy is dead on
+// arrival. The same rule runs in replay, on the same state, so a recovery
+// reproduces the outcome exactly.
+func (a *applier) move(o *op, loc journal.Location) (bool, error) {
+	cur, ok, err := a.t.current(o.tree, o.key)
 	if err != nil || !ok {
 		return false, err
 	}
@@ -122,22 +123,19 @@ func (a *applier) move(t *index.Tree, o *op, loc journal.Location) (bool, error)
 		return false, nil
 	}
 	a.addRef(seg, -1, -int64(size))
-	v := appendRef(a.scratch[:0], loc, o.size)
 	a.addRef(loc.Segment, 1, int64(o.size))
-	a.scratch = v
-	return true, t.Put(o.key, v)
+	return true, a.t.put(o.tree, o.key, appendRef(make([]byte, 0, valRefSize), loc, o.size), true)
 }
 
-// unref drops the journal reference of key's current value, if it has one.
-func (a *applier) unref(t *index.Tree, key []byte) error {
-	old, ok, err := t.Get(key)
-	if err != nil || !ok {
-		return err
+// unref drops the journal reference of a key's current value, if it has
+// one.
+func (a *applier) unref(old []byte, existed bool) {
+	if !existed {
+		return
 	}
 	if seg, size, isRef := decodeRefHeader(old); isRef {
 		a.addRef(seg, -1, -int64(size))
 	}
-	return nil
 }
 
 func (a *applier) addRef(seg journal.SegmentID, n, bytes int64) {
@@ -155,15 +153,7 @@ func (a *applier) flushRefs() error {
 	if len(a.refs) == 0 {
 		return nil
 	}
-	t, err := a.tx.OpenTree([]byte(segRefsTree))
-	if err != nil {
-		return err
-	}
-	if t == nil {
-		if t, err = a.tx.CreateTree([]byte(segRefsTree)); err != nil {
-			return err
-		}
-	}
+	tree := []byte(segRefsTree)
 	for seg, d := range a.refs {
 		if d.count == 0 && d.bytes == 0 {
 			continue
@@ -171,9 +161,11 @@ func (a *applier) flushRefs() error {
 		var k [4]byte
 		binary.BigEndian.PutUint32(k[:], uint32(seg))
 		var count, bytes int64
-		if v, ok, err := t.Get(k[:]); err != nil {
+		v, ok, err := a.t.current(tree, k[:])
+		if err != nil {
 			return err
-		} else if ok {
+		}
+		if ok {
 			if len(v) != 16 {
 				return fmt.Errorf("%w: segment refs of %s: %d bytes", ErrCorrupt, seg, len(v))
 			}
@@ -185,20 +177,75 @@ func (a *applier) flushRefs() error {
 			return fmt.Errorf("%w: segment refs of %s went negative (%d values, %d bytes)", ErrCorrupt, seg, count, bytes)
 		}
 		if count == 0 {
-			if _, err := t.Delete(k[:]); err != nil {
-				return err
+			if ok {
+				if err := a.t.del(tree, k[:]); err != nil {
+					return err
+				}
 			}
 			continue
 		}
-		var v [16]byte
-		binary.LittleEndian.PutUint64(v[:], uint64(count))
-		binary.LittleEndian.PutUint64(v[8:], uint64(bytes))
-		if err := t.Put(k[:], v[:]); err != nil {
+		nv := make([]byte, 0, 16)
+		nv = binary.LittleEndian.AppendUint64(nv, uint64(count))
+		nv = binary.LittleEndian.AppendUint64(nv, uint64(bytes))
+		if err := a.t.put(tree, append([]byte(nil), k[:]...), nv, ok); err != nil {
 			return err
 		}
 	}
 	clear(a.refs)
 	return nil
+}
+
+// ixTarget is the page file's index as the applier's target (recovery's
+// replay runs inside one index Update per chunk).
+type ixTarget struct{ tx *index.Tx }
+
+func (x ixTarget) current(tree, key []byte) ([]byte, bool, error) {
+	t, err := x.tx.OpenTree(tree)
+	if err != nil || t == nil {
+		return nil, false, err
+	}
+	v, ok, err := t.Get(key)
+	if !ok || err != nil {
+		return nil, false, err
+	}
+	return v, true, nil
+}
+
+func (x ixTarget) put(tree, key, val []byte, _ bool) error {
+	t, err := x.tx.OpenTree(tree)
+	if err != nil {
+		return err
+	}
+	if t == nil {
+		if t, err = x.tx.CreateTree(tree); err != nil {
+			return err
+		}
+	}
+	return t.Put(key, val)
+}
+
+func (x ixTarget) del(tree, key []byte) error {
+	t, err := x.tx.OpenTree(tree)
+	if err != nil || t == nil {
+		return err
+	}
+	_, err = t.Delete(key)
+	return err
+}
+
+func (x ixTarget) drop(tree []byte, each func(val []byte)) error {
+	t, err := x.tx.OpenTree(tree)
+	if err != nil || t == nil {
+		return err
+	}
+	c := t.Cursor()
+	for _, v, ok := c.First(); ok; _, v, ok = c.Next() {
+		each(v)
+	}
+	if err := c.Err(); err != nil {
+		return err
+	}
+	return x.tx.DropTree(tree)
 }
 
 // appendRef appends the index value that points at a journal value record.
@@ -244,7 +291,7 @@ func (r *replayer) apply(tx *index.Tx, loc journal.Location, rec journal.Record)
 				return fmt.Errorf("%w: %s: value record %s holds %d bytes, batch says %d", ErrCorrupt, loc, r.vals[o.ref], r.lens[o.ref], o.size)
 			}
 		}
-		a := applier{tx: tx}
+		a := applier{t: ixTarget{tx}}
 		if err := a.apply(ops, r.vals); err != nil {
 			return err
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/binary"
 	"fmt"
 
-	"github.com/kdb-project/kdb/index"
 	"github.com/kdb-project/kdb/journal"
 )
 
@@ -65,7 +64,7 @@ func (db *DB) checkProgress(progress func(phase string, done uint64)) (*CheckRep
 	var stored map[journal.SegmentID]refs
 	var walked uint64
 	err = db.View(func(s *Snapshot) error {
-		names, err := s.tx.Trees()
+		names, err := s.trees()
 		if err != nil {
 			return err
 		}
@@ -75,7 +74,7 @@ func (db *DB) checkProgress(progress func(phase string, done uint64)) (*CheckRep
 			} else if ns, _, ok := bytes.Cut(name, []byte("/")); string(name) != segRefsTree && (!ok || !validNamespace(string(ns))) {
 				return fmt.Errorf("%w: unknown tree %q", ErrCorrupt, name)
 			}
-			t, err := s.tx.OpenTree(name)
+			t, err := s.openTree(name)
 			if err != nil {
 				return err
 			}
@@ -88,8 +87,10 @@ func (db *DB) checkProgress(progress func(phase string, done uint64)) (*CheckRep
 				}
 				continue
 			}
-			c := t.Cursor()
-			for k, v, ok := c.First(); ok; k, v, ok = c.Next() {
+			c := t.cursor()
+			var n uint64
+			for k, v, ok := c.first(); ok; k, v, ok = c.next() {
+				n++
 				if walked++; progress != nil && walked%1024 == 0 {
 					progress("keys", walked)
 				}
@@ -112,8 +113,11 @@ func (db *DB) checkProgress(progress func(phase string, done uint64)) (*CheckRep
 				counted[seg] = r
 				rep.JournalValues++
 			}
-			if err := c.Err(); err != nil {
-				return err
+			if c.err != nil {
+				return c.err
+			}
+			if n != t.count {
+				return fmt.Errorf("%w: tree %q holds %d keys, its count says %d", ErrCorrupt, name, n, t.count)
 			}
 		}
 		return nil
@@ -121,6 +125,7 @@ func (db *DB) checkProgress(progress func(phase string, done uint64)) (*CheckRep
 	if err != nil {
 		return rep, wrapErr(err)
 	}
+	rep.Keys = walked + uint64(len(stored)) // the mem tables' changes included
 	if len(stored) != len(counted) {
 		return rep, fmt.Errorf("%w: segment references: %d segments recorded, %d counted", ErrCorrupt, len(stored), len(counted))
 	}
@@ -135,14 +140,14 @@ func (db *DB) checkProgress(progress func(phase string, done uint64)) (*CheckRep
 // refs counts the values a journal segment holds for the index.
 type refs struct{ count, bytes uint64 }
 
-func readSegRefs(t *index.Tree) (map[journal.SegmentID]refs, error) {
+func readSegRefs(t *snapTree) (map[journal.SegmentID]refs, error) {
 	out := map[journal.SegmentID]refs{}
-	c := t.Cursor()
-	for k, v, ok := c.First(); ok; k, v, ok = c.Next() {
+	c := t.cursor()
+	for k, v, ok := c.first(); ok; k, v, ok = c.next() {
 		if len(k) != 4 || len(v) != 16 {
 			return nil, fmt.Errorf("%w: segment refs entry of %d+%d bytes", ErrCorrupt, len(k), len(v))
 		}
 		out[journal.SegmentID(binary.BigEndian.Uint32(k))] = refs{binary.LittleEndian.Uint64(v), binary.LittleEndian.Uint64(v[8:])}
 	}
-	return out, c.Err()
+	return out, c.err
 }

@@ -3,6 +3,7 @@ package kdb
 import (
 	"encoding/binary"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/kdb-project/kdb/index"
@@ -47,13 +48,15 @@ func (db *DB) checkpoint() error {
 	db.ckMu.Lock()
 	defer db.ckMu.Unlock()
 	start := time.Now()
-	var applied journal.Location
-	pagesBefore := db.pf.DirtyCount()
 	db.mu.Lock()
 	rate := db.mu.replayBps
 	db.mu.Unlock()
-	err := db.ix.CheckpointWith(func() pagefile.MetaUpdate {
-		applied = db.applied
+	applied, err := db.flushMem()
+	if err != nil {
+		return db.fail(fmt.Errorf("checkpoint: %w", err))
+	}
+	pagesBefore := db.pf.DirtyCount()
+	err = db.ix.CheckpointWith(func() pagefile.MetaUpdate {
 		return pagefile.MetaUpdate{
 			ReplaySegment: uint64(applied.Segment),
 			ReplayOffset:  uint64(applied.Offset),
@@ -91,6 +94,115 @@ func (db *DB) checkpoint() error {
 	db.mu.ckDone.Broadcast()
 	db.mu.Unlock()
 	return db.gc(applied)
+}
+
+// flushMem writes the changes applied so far into the index (docs/DESIGN.md
+// "The mem tables"): it freezes the active mem table (the writers go on in
+// a new one), writes the frozen table's last version of each key into the
+// index in one Update, and then drops the frozen table from what new Views
+// read. It returns the journal location of the last record it covers: the
+// index now holds exactly the changes up to it. The caller holds ckMu.
+func (db *DB) flushMem() (journal.Location, error) {
+	st := db.mem.lockActive()
+	applied, upto := db.applied, db.mem.seq.Load()
+	frozen := st.active
+	if st.frozen != nil {
+		// A flush that failed left it; the handle is failed.
+		st.active.mu.Unlock()
+		return applied, fmt.Errorf("%w: a failed flush left a frozen mem table", ErrFailed)
+	}
+	empty := frozen.items.Len() == 0 && len(frozen.trees) == 0
+	if !empty {
+		db.mem.state.Store(&memState{active: newMemTable(), frozen: frozen, base: st.base})
+	}
+	st.active.mu.Unlock()
+	if empty {
+		return applied, nil
+	}
+	if err := db.ix.Update(func(tx *index.Tx) error { return flushTable(tx, frozen) }); err != nil {
+		return applied, err
+	}
+	st = db.mem.lockActive()
+	db.mem.state.Store(&memState{active: st.active, base: upto})
+	st.active.mu.Unlock()
+	return applied, nil
+}
+
+// flushTable writes t's last version of each key into the index, tree by
+// tree in name order and key by key in key order: a tree dropped in t is
+// dropped first, one that exists at t's end exists (even empty).
+func flushTable(tx *index.Tx, t *memTable) error {
+	names := make([]string, 0, len(t.trees))
+	seen := map[string]bool{}
+	for n := range t.trees {
+		names, seen[n] = append(names, n), true
+	}
+	t.items.Ascend(func(it memItem) bool {
+		if !seen[it.tree] {
+			names, seen[it.tree] = append(names, it.tree), true
+		}
+		return true
+	})
+	sort.Strings(names)
+	for _, name := range names {
+		var lastDrop uint64
+		exists := true
+		vs := t.trees[name]
+		for _, v := range vs {
+			if v.drop {
+				lastDrop = v.seq
+			}
+		}
+		if n := len(vs); n > 0 {
+			exists = vs[n-1].exists
+		}
+		tb, err := tx.OpenTree([]byte(name))
+		if err != nil {
+			return err
+		}
+		if lastDrop > 0 && tb != nil {
+			if err := tx.DropTree([]byte(name)); err != nil {
+				return err
+			}
+			tb = nil
+		}
+		if !exists {
+			continue
+		}
+		if tb == nil {
+			if tb, err = tx.CreateTree([]byte(name)); err != nil {
+				return err
+			}
+		}
+		var ferr error
+		last := ""
+		first := true
+		t.items.AscendGreaterOrEqual(memItem{tree: name, seq: ^uint64(0)}, func(it memItem) bool {
+			if it.tree != name {
+				return false
+			}
+			if !first && it.key == last {
+				return true // an older version
+			}
+			first, last = false, it.key
+			if it.seq <= lastDrop {
+				return true // dropped with the tree
+			}
+			if it.val == nil {
+				_, ferr = tb.Delete([]byte(it.key))
+			} else {
+				ferr = tb.Put([]byte(it.key), it.val)
+			}
+			return ferr == nil
+		})
+		if ferr != nil {
+			return ferr
+		}
+		if invariants.Enabled && len(vs) > 0 {
+			invariants.Assertf(tb.Len() == vs[len(vs)-1].count, "flush: tree %q holds %d keys, the mem table says %d", name, tb.Len(), vs[len(vs)-1].count)
+		}
+	}
+	return nil
 }
 
 // appMeta is the root's part of the meta slot (FORMAT.md §5.5).
@@ -156,15 +268,15 @@ func (db *DB) gc(applied journal.Location) error {
 	if limit <= 1 {
 		return nil
 	}
-	err := db.ix.View(func(tx *index.Tx) error {
-		t, err := tx.OpenTree([]byte(segRefsTree))
+	err := db.latestView(func(s *Snapshot) error {
+		t, err := s.openTree([]byte(segRefsTree))
 		if err != nil || t == nil {
 			return err
 		}
-		c := t.Cursor()
-		k, _, ok := c.First()
-		if err := c.Err(); err != nil {
-			return err
+		c := t.cursor()
+		k, _, ok := c.first()
+		if c.err != nil {
+			return c.err
 		}
 		if ok {
 			if len(k) != 4 {
@@ -247,9 +359,10 @@ func (db *DB) checkpointDue(timer bool) bool {
 	if db.mu.applied == db.mu.ckApplied {
 		return false // nothing new
 	}
-	// Page images cost memory; free stamps (pages freed since the last
-	// checkpoint) only a map entry each, so they count half.
-	if db.pf.HeldPages() >= db.opts.CheckpointDirtyPages || db.pf.DirtyCount() >= 2*db.opts.CheckpointDirtyPages {
+	// The mem tables and page images cost memory; free stamps (pages
+	// freed since the last checkpoint) only a map entry each, so they count
+	// half.
+	if db.memOver(1) || db.pf.HeldPages() >= db.opts.CheckpointDirtyPages || db.pf.DirtyCount() >= 2*db.opts.CheckpointDirtyPages {
 		return true
 	}
 	since := db.j.Stats().Bytes - db.mu.ckBytes

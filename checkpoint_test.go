@@ -304,6 +304,9 @@ func TestDB_CheckProgress(t *testing.T) {
 	}
 	defer db.Close()
 	putN(t, db, "x", 3000, 1500) // 3000 keys on about 1,500 pages
+	if err := db.Checkpoint(); err != nil { // the keys in the pages, not the mem tables
+		t.Fatal(err)
+	}
 	calls := map[string]uint64{}
 	rep, err := db.CheckProgress(func(phase string, done uint64) {
 		if done <= calls[phase] {

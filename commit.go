@@ -325,11 +325,14 @@ func (db *DB) applyInTurn(seq uint64, group []*commitReq, locs []journal.Locatio
 	return err
 }
 
-// applyGroup applies the batches of group, journaled at locs, to the index
-// in one Update.
+// applyGroup applies the batches of group, journaled at locs, to the mem
+// tables (mem.go): one version per operation, visible to Views all at
+// once.
 func (db *DB) applyGroup(group []*commitReq, locs []journal.Location) error {
-	err := db.ix.Update(func(tx *index.Tx) error {
-		a := applier{tx: tx}
+	st := db.mem.lockActive()
+	err := db.ix.View(func(tx *index.Tx) error {
+		m := &memApply{db: db, st: st, ix: tx, seq: db.mem.seq.Load(), protected: db.protected}
+		a := applier{t: m}
 		i := 0
 		for _, r := range group {
 			n := len(r.recs)
@@ -342,8 +345,10 @@ func (db *DB) applyGroup(group []*commitReq, locs []journal.Location) error {
 			return err
 		}
 		db.applied = locs[len(locs)-1]
+		db.mem.seq.Store(m.seq)
 		return nil
 	})
+	st.active.mu.Unlock()
 	if err != nil {
 		// The batch is durable but could not be applied: the index and the
 		// journal disagree until a reopen replays it.
@@ -403,10 +408,21 @@ func (db *DB) stopAsync() {
 	}
 }
 
-// waitForRoom blocks while the page file holds twice
-// Options.CheckpointDirtyPages page images for checkpoints (dirty pages, and
-// old images a running checkpoint still writes), until a checkpoint has
-// written them.
+// memOver reports whether the mem tables hold more than times their
+// limit: once over it, a checkpoint is due (times 1), and writers wait
+// (times 2). The limit is Options.CheckpointDirtyPages versions (each key
+// the flush writes may dirty a leaf page: so the page images a checkpoint
+// holds stay bounded as before the mem tables), or as many bytes as that
+// many pages.
+func (db *DB) memOver(times int) bool {
+	n := int64(times) * int64(db.opts.CheckpointDirtyPages)
+	return int64(db.mem.versions()) >= n || db.mem.bytes() >= n*int64(db.pf.PageSize())
+}
+
+// waitForRoom blocks while the mem tables hold twice their limit
+// (memOver), or the page file twice Options.CheckpointDirtyPages page
+// images for checkpoints (dirty pages, and old images a running checkpoint
+// still writes), until a checkpoint has written them.
 //
 // INVARIANT: when no checkpoint is running, the images held are dirty pages
 // (pagefile.File.HeldPages), so DirtyCount >= CheckpointDirtyPages and the
@@ -419,7 +435,7 @@ func (db *DB) waitForRoom() error {
 		if err := db.writableLocked(); err != nil {
 			return err
 		}
-		if db.pf.HeldPages() < 2*db.opts.CheckpointDirtyPages {
+		if db.pf.HeldPages() < 2*db.opts.CheckpointDirtyPages && !db.memOver(2) {
 			return nil
 		}
 		db.kickCheckpoint()

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/kdb-project/kdb/index"
 	"github.com/kdb-project/kdb/journal"
 )
 
@@ -160,10 +159,10 @@ func (db *DB) compactCandidates() (map[journal.SegmentID]bool, int64, error) {
 		return nil, 0, nil
 	}
 	var live, count int64
-	err := db.ix.View(func(tx *index.Tx) error {
-		t := tx.Tree([]byte(segRefsTree))
-		if t == nil {
-			return nil
+	err := db.latestView(func(s *Snapshot) error {
+		t, err := s.openTree([]byte(segRefsTree))
+		if err != nil || t == nil {
+			return err
 		}
 		refs, err := readSegRefs(t)
 		if err != nil {
@@ -201,7 +200,7 @@ func (db *DB) compact() (int, error) {
 	for !done && found < want {
 		var ops []op
 		err := db.view(userTreePrefix, func(s *Snapshot) error {
-			names, err := s.tx.Trees()
+			names, err := s.trees()
 			if err != nil {
 				return err
 			}
@@ -210,16 +209,19 @@ func (db *DB) compact() (int, error) {
 				if bytes.HasPrefix(name, []byte(engineTreePrefix)) || bytes.Compare(name, tree) < 0 {
 					continue
 				}
-				t := s.tx.Tree(name)
+				t, err := s.openTree(name)
+				if err != nil {
+					return err
+				}
 				if t == nil {
 					continue
 				}
-				c := t.Cursor()
-				k, v, ok := c.First()
+				c := t.cursor()
+				k, v, ok := c.first()
 				if bytes.Equal(name, tree) {
-					k, v, ok = c.Seek(from)
+					k, v, ok = c.seek(from)
 				}
-				for ; ok; k, v, ok = c.Next() {
+				for ; ok; k, v, ok = c.next() {
 					seg, n, isRef := decodeRefHeader(v)
 					if !isRef || !cands[seg] {
 						continue
@@ -239,8 +241,8 @@ func (db *DB) compact() (int, error) {
 					rec += opSize
 					found++
 				}
-				if err := c.Err(); err != nil {
-					return err
+				if c.err != nil {
+					return c.err
 				}
 			}
 			done = true

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/kdb-project/kdb/index"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/vfs"
 )
@@ -16,12 +15,12 @@ func indexRef(t *testing.T, db *DB, ix, key string) (journal.Location, bool) {
 	t.Helper()
 	var loc journal.Location
 	var found bool
-	err := db.ix.View(func(tx *index.Tx) error {
-		tr := tx.Tree(treeName(userTreePrefix, ix))
-		if tr == nil {
-			return nil
+	err := db.latestView(func(s *Snapshot) error {
+		tr, err := s.openTree(treeName(userTreePrefix, ix))
+		if err != nil || tr == nil {
+			return err
 		}
-		v, ok, err := tr.Get([]byte(key))
+		v, ok, err := tr.get([]byte(key))
 		if err != nil || !ok {
 			return err
 		}

@@ -73,6 +73,7 @@ type DB struct {
 	fl   inflight
 
 	compaction compaction // compact.go
+	mem        mem        // the mem tables: mem.go
 
 	mu struct {
 		sync.Mutex
@@ -123,6 +124,7 @@ func open(dir string, opts *Options) (*DB, error) {
 		quit:   make(chan struct{}),
 	}
 	db.compaction.kick = make(chan struct{}, 1)
+	db.mem.init()
 	db.mu.ckDone = sync.NewCond(&db.mu.Mutex)
 	db.maxRecord = int(min(16<<20, o.SegmentSize/4))
 	db.maxGroup = int(o.SegmentSize / 2)

@@ -59,7 +59,7 @@ func (db *DB) Export(w io.Writer) (*ExportReport, error) {
 		return err
 	}
 	err := db.View(func(s *Snapshot) error {
-		names, err := s.tx.Trees()
+		names, err := s.trees()
 		if err != nil {
 			return err
 		}
@@ -67,7 +67,7 @@ func (db *DB) Export(w io.Writer) (*ExportReport, error) {
 			if string(name) == segRefsTree {
 				continue
 			}
-			t, err := s.tx.OpenTree(name)
+			t, err := s.openTree(name)
 			if err != nil {
 				return err
 			}
@@ -82,8 +82,8 @@ func (db *DB) Export(w io.Writer) (*ExportReport, error) {
 			}
 			records++
 			rep.Trees++
-			c := t.Cursor()
-			for k, v, ok := c.First(); ok; k, v, ok = c.Next() {
+			c := t.cursor()
+			for k, v, ok := c.first(); ok; k, v, ok = c.next() {
 				// A long export may outlast Close's wait: stop cleanly.
 				if err := s.usable(); err != nil {
 					return err
@@ -105,8 +105,8 @@ func (db *DB) Export(w io.Writer) (*ExportReport, error) {
 				rep.Keys++
 				rep.Bytes += uint64(len(k) + len(val))
 			}
-			if err := c.Err(); err != nil {
-				return err
+			if c.err != nil {
+				return c.err
 			}
 		}
 		return nil

@@ -15,7 +15,7 @@ func rawDump(t *testing.T, db *DB) map[string]string {
 	t.Helper()
 	out := map[string]string{}
 	err := db.View(func(s *Snapshot) error {
-		names, err := s.tx.Trees()
+		names, err := s.trees()
 		if err != nil {
 			return err
 		}
@@ -23,21 +23,21 @@ func rawDump(t *testing.T, db *DB) map[string]string {
 			if string(name) == segRefsTree {
 				continue
 			}
-			tr, err := s.tx.OpenTree(name)
+			tr, err := s.openTree(name)
 			if err != nil {
 				return err
 			}
 			out[string(name)] = "(tree)"
-			c := tr.Cursor()
-			for k, v, ok := c.First(); ok; k, v, ok = c.Next() {
+			c := tr.cursor()
+			for k, v, ok := c.first(); ok; k, v, ok = c.next() {
 				val, err := db.resolve(v)
 				if err != nil {
 					return err
 				}
 				out[string(name)+"\x00"+string(k)] = string(val)
 			}
-			if err := c.Err(); err != nil {
-				return err
+			if c.err != nil {
+				return c.err
 			}
 		}
 		return nil

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"fmt"
 	"runtime"
+	"slices"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -46,10 +48,15 @@ type viewRegistry struct {
 	postponed bool
 	wanted    journal.SegmentID // the limit that GC lowered for them
 	gone      atomic.Bool       // Close stopped waiting: Snapshot calls return ErrClosed
+	// seqs holds the mem tables' S of each running View (sorted, with
+	// counts): versions a View may read are kept (mem.go, prune).
+	seqs  []uint64
+	seqsN map[uint64]int
 }
 
-// beginView registers a View, or returns ErrClosed once Close has begun.
-func (db *DB) beginView() (journal.SegmentID, error) {
+// beginView registers a View reading the mem tables at seq, or returns
+// ErrClosed once Close has begun.
+func (db *DB) beginView(seq uint64) (journal.SegmentID, error) {
 	r := &db.views
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -58,17 +65,38 @@ func (db *DB) beginView() (journal.SegmentID, error) {
 	}
 	if r.floors == nil {
 		r.floors = make(map[journal.SegmentID]int)
+		r.seqsN = make(map[uint64]int)
 	}
 	r.floors[r.floor]++
+	if r.seqsN[seq]++; r.seqsN[seq] == 1 {
+		i := sort.Search(len(r.seqs), func(i int) bool { return r.seqs[i] >= seq })
+		r.seqs = slices.Insert(r.seqs, i, seq)
+	}
 	r.n++
 	return r.floor, nil
 }
 
-// endView unregisters a View that registered floor.
-func (db *DB) endView(floor journal.SegmentID) {
+// protected reports whether a running View reads the mem tables at a seq
+// in [from, to). The caller holds the active mem table's lock.
+func (db *DB) protected(from, to uint64) bool {
+	r := &db.views
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	i := sort.Search(len(r.seqs), func(i int) bool { return r.seqs[i] >= from })
+	return i < len(r.seqs) && r.seqs[i] < to
+}
+
+// endView unregisters a View that registered floor and seq.
+func (db *DB) endView(floor journal.SegmentID, seq uint64) {
 	r := &db.views
 	r.mu.Lock()
 	kick := false
+	if r.seqsN[seq]--; r.seqsN[seq] == 0 {
+		delete(r.seqsN, seq)
+		if i, ok := slices.BinarySearch(r.seqs, seq); ok {
+			r.seqs = slices.Delete(r.seqs, i, i+1)
+		}
+	}
 	if r.floors[floor]--; r.floors[floor] == 0 {
 		delete(r.floors, floor)
 		kick = r.postponed

@@ -1,7 +1,9 @@
 package kdb
 
 import (
+	"bytes"
 	"encoding/binary"
+	"sort"
 	"errors"
 	"fmt"
 	"iter"
@@ -35,17 +37,40 @@ func (db *DB) View(fn func(s *Snapshot) error) error {
 }
 
 func (db *DB) view(prefix string, fn func(s *Snapshot) error) error {
-	floor, err := db.beginView()
+	// The mem tables' state and S are taken with the View registered
+	// (under the active table's read lock, which the applier's pruning
+	// excludes), then the index snapshot, which holds at least what the
+	// state's base says.
+	st := db.mem.rlockActive()
+	mv := memView{st: st, s: db.mem.seq.Load()}
+	floor, err := db.beginView(mv.s)
+	st.active.mu.RUnlock()
 	if err != nil {
 		return err
 	}
-	defer db.endView(floor)
-	s := &Snapshot{db: db, prefix: prefix}
+	defer db.endView(floor, mv.s)
+	s := &Snapshot{db: db, prefix: prefix, mv: mv}
 	defer s.ended.Store(true)
 	return db.staleOr(wrapErr(db.ix.View(func(tx *index.Tx) error {
 		s.tx = tx
 		return fn(s)
 	})))
+}
+
+// latestView runs fn on a snapshot of everything applied, for the
+// engine's own short reads (journal GC, compaction's accounting), also
+// while Close runs. It holds the active mem table's read lock throughout
+// (no applier runs meanwhile) and registers no View: fn must not read
+// journal values.
+func (db *DB) latestView(fn func(s *Snapshot) error) error {
+	st := db.mem.rlockActive()
+	defer st.active.mu.RUnlock()
+	s := &Snapshot{db: db, prefix: userTreePrefix, mv: memView{st: st, s: db.mem.seq.Load(), locked: true}}
+	defer s.ended.Store(true)
+	return wrapErr(db.ix.View(func(tx *index.Tx) error {
+		s.tx = tx
+		return fn(s)
+	}))
 }
 
 // Snapshot is a consistent read-only view of the store, valid during the
@@ -56,7 +81,99 @@ type Snapshot struct {
 	db     *DB
 	prefix string // tree-name prefix of its index names: "u/" or a namespace's
 	tx     *index.Tx
-	ended  atomic.Bool // the View returned
+	mv     memView // what it sees of the mem tables (mem.go)
+	ended  atomic.Bool
+}
+
+// snapTree is one tree as a snapshot sees it: the mem tables' versions
+// over the index's tree.
+type snapTree struct {
+	s      *Snapshot
+	name   string
+	base   *index.Tree // nil: the index has no such tree, or it is hidden (dropped since)
+	lower  uint64
+	hidden bool
+	count  uint64
+}
+
+// openTree returns the tree called name (full name), or nil if it does not
+// exist in the snapshot.
+func (s *Snapshot) openTree(name []byte) (*snapTree, error) {
+	n := string(name)
+	t := &snapTree{s: s, name: n}
+	unlock := s.mv.rlock()
+	t.lower, t.hidden = s.mv.lower(n)
+	unlock()
+	if !t.hidden {
+		b, err := s.tx.OpenTree(name)
+		if err != nil {
+			return nil, err
+		}
+		t.base = b
+	}
+	if tv, ok := s.mv.tree(n); ok {
+		if !tv.exists {
+			return nil, nil
+		}
+		t.count = tv.count
+		return t, nil
+	}
+	if t.base == nil {
+		return nil, nil
+	}
+	t.count = t.base.Len()
+	return t, nil
+}
+
+// get returns key's value as the tree keeps it (an index value).
+func (t *snapTree) get(key []byte) ([]byte, bool, error) {
+	if v, found, _ := t.s.mv.get(t.name, string(key)); found {
+		return v, v != nil, nil
+	}
+	if t.base == nil {
+		return nil, false, nil
+	}
+	return t.base.Get(key)
+}
+
+// cursor returns a cursor over the tree's keys and values (as the tree
+// keeps them).
+func (t *snapTree) cursor() *mergeCursor {
+	c := &mergeCursor{mv: t.s.mv, tree: t.name, lower: t.lower}
+	if t.base != nil {
+		c.base = t.base.Cursor()
+	}
+	return c
+}
+
+// trees returns the full names of the trees in the snapshot, in order.
+func (s *Snapshot) trees() ([][]byte, error) {
+	names, err := s.tx.Trees()
+	if err != nil {
+		return nil, err
+	}
+	mnames, verdict := s.mv.trees()
+	if len(mnames) == 0 {
+		return names, nil
+	}
+	out := make([][]byte, 0, len(names)+len(mnames))
+	for _, n := range names {
+		if exists, ok := verdict[string(n)]; !ok || exists {
+			out = append(out, n)
+		}
+	}
+	for _, n := range mnames {
+		if verdict[n] && !containsName(names, n) {
+			out = append(out, []byte(n))
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return bytes.Compare(out[i], out[j]) < 0 })
+	return out, nil
+}
+
+func containsName(names [][]byte, n string) bool {
+	i := sort.Search(len(names), func(i int) bool { return string(names[i]) >= n })
+	return i < len(names) && string(names[i]) == n
 }
 
 // usable returns why s cannot be read any more, if it cannot.
@@ -75,14 +192,14 @@ func (s *Snapshot) Get(index string, key []byte) ([]byte, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	t, err := s.tx.OpenTree(treeName(s.prefix, index))
+	t, err := s.openTree(treeName(s.prefix, index))
 	if err != nil {
 		return nil, err
 	}
 	if t == nil {
 		return nil, fmt.Errorf("%w: index %q", ErrNotFound, index)
 	}
-	v, ok, err := t.Get(key)
+	v, ok, err := t.get(key)
 	if err != nil {
 		return nil, err
 	}
@@ -97,11 +214,11 @@ func (s *Snapshot) Len(index string) (uint64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
-	t, err := s.tx.OpenTree(treeName(s.prefix, index))
+	t, err := s.openTree(treeName(s.prefix, index))
 	if err != nil || t == nil {
 		return 0, err
 	}
-	return t.Len(), nil
+	return t.count, nil
 }
 
 // Indexes returns the names of the indexes, in order.
@@ -109,7 +226,7 @@ func (s *Snapshot) Indexes() ([]string, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	names, err := s.tx.Trees()
+	names, err := s.trees()
 	if err != nil {
 		return nil, err
 	}
@@ -127,7 +244,7 @@ func (s *Snapshot) Exists(index string) (bool, error) {
 	if err := s.usable(); err != nil {
 		return false, err
 	}
-	t, err := s.tx.OpenTree(treeName(s.prefix, index))
+	t, err := s.openTree(treeName(s.prefix, index))
 	return t != nil, err
 }
 
@@ -139,12 +256,12 @@ func (s *Snapshot) Iter(index string) *Iter {
 		it.err = err
 		return it
 	}
-	t, err := s.tx.OpenTree(treeName(s.prefix, index))
+	t, err := s.openTree(treeName(s.prefix, index))
 	switch {
 	case err != nil:
 		it.err = err
 	case t != nil:
-		it.c = t.Cursor()
+		it.c = t.cursor()
 	}
 	return it
 }
@@ -157,7 +274,7 @@ func (s *Snapshot) Iter(index string) *Iter {
 // return nil, and Err says why.
 type Iter struct {
 	s        *Snapshot
-	c        *index.Cursor
+	c        *mergeCursor
 	key, raw []byte
 	ok       bool
 	err      error
@@ -166,7 +283,7 @@ type Iter struct {
 func (it *Iter) set(k, v []byte, ok bool) bool {
 	it.key, it.raw, it.ok = k, v, ok
 	if !ok && it.c != nil && it.err == nil {
-		it.err = it.c.Err()
+		it.err = it.c.err
 	}
 	return ok
 }
@@ -198,7 +315,7 @@ func (it *Iter) First() bool {
 	if !it.move() {
 		return false
 	}
-	return it.set(it.c.First())
+	return it.set(it.c.first())
 }
 
 // Last moves to the largest key.
@@ -206,7 +323,7 @@ func (it *Iter) Last() bool {
 	if !it.move() {
 		return false
 	}
-	return it.set(it.c.Last())
+	return it.set(it.c.last())
 }
 
 // Seek moves to the smallest key >= key.
@@ -214,7 +331,7 @@ func (it *Iter) Seek(key []byte) bool {
 	if !it.move() {
 		return false
 	}
-	return it.set(it.c.Seek(key))
+	return it.set(it.c.seek(key))
 }
 
 // Next moves to the next key.
@@ -222,7 +339,7 @@ func (it *Iter) Next() bool {
 	if !it.ok || !it.move() {
 		return false
 	}
-	return it.set(it.c.Next())
+	return it.set(it.c.next())
 }
 
 // Prev moves to the previous key.
@@ -230,7 +347,7 @@ func (it *Iter) Prev() bool {
 	if !it.ok || !it.move() {
 		return false
 	}
-	return it.set(it.c.Prev())
+	return it.set(it.c.prev())
 }
 
 // Key returns the current key.

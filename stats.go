@@ -30,7 +30,11 @@ type Stats struct {
 	GCPostponed uint64
 	Views       int
 
-	DirtyPages int // pages changed since the last checkpoint
+	// MemBytes is the memory the mem tables hold for the changes applied
+	// since the last checkpoint (estimated); MemVersions their versions.
+	MemBytes    int64
+	MemVersions int
+	DirtyPages  int // pages changed and not yet checkpointed
 	// HeldPages is the number of page images held in memory for
 	// checkpoints: the dirty pages with contents, and the old images a
 	// running checkpoint is still writing. Writers wait while it is at
@@ -73,6 +77,7 @@ func (db *DB) Stats() Stats {
 	s.JournalBytes, s.JournalFsyncs, s.JournalRecords = js.Bytes, js.Fsyncs, js.Records
 	s.JournalSegments = len(db.j.Segments())
 	s.DirtyPages = db.pf.DirtyCount()
+	s.MemBytes, s.MemVersions = db.mem.bytes(), db.mem.versions()
 	s.HeldPages = db.pf.HeldPages()
 	s.FreePages = db.pf.FreeCount()
 	p := db.pf.FreeListProof()
