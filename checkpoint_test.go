@@ -303,7 +303,7 @@ func TestDB_CheckProgress(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	putN(t, db, "x", 3000, 1500) // 3000 keys on about 1,500 pages
+	putN(t, db, "x", 3000, 1500)            // 3000 keys on about 1,500 pages
 	if err := db.Checkpoint(); err != nil { // the keys in the pages, not the mem tables
 		t.Fatal(err)
 	}

@@ -598,11 +598,11 @@ func (m *memApply) insert(it memItem) {
 // mergeCursor walks one tree's visible keys: the mem tables' versions over
 // the index's tree (a deleted version hides the index's key).
 type mergeCursor struct {
-	mv     memView
-	tree   string
-	lower  uint64
-	base   *index.Cursor // nil if the index has no such tree or it is hidden
-	err    error
+	mv    memView
+	tree  string
+	lower uint64
+	base  *index.Cursor // nil if the index has no such tree or it is hidden
+	err   error
 
 	// The index cursor's current entry (bok false: exhausted or unset).
 	bk, bv []byte

@@ -3,10 +3,10 @@ package kdb
 import (
 	"bytes"
 	"encoding/binary"
-	"sort"
 	"errors"
 	"fmt"
 	"iter"
+	"sort"
 	"sync/atomic"
 
 	"github.com/kdb-project/kdb/index"
