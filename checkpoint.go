@@ -111,7 +111,7 @@ func (db *DB) flushMem() (journal.Location, error) {
 		st.active.mu.Unlock()
 		return applied, fmt.Errorf("%w: a failed flush left a frozen mem table", ErrFailed)
 	}
-	empty := frozen.items.Len() == 0 && len(frozen.trees) == 0
+	empty := frozen.empty()
 	if !empty {
 		db.mem.state.Store(&memState{active: newMemTable(), frozen: frozen, base: st.base})
 	}
@@ -122,6 +122,7 @@ func (db *DB) flushMem() (journal.Location, error) {
 	if err := db.ix.Update(func(tx *index.Tx) error { return flushTable(tx, frozen) }); err != nil {
 		return applied, err
 	}
+	db.mem.flushes.Add(1)
 	st = db.mem.lockActive()
 	db.mem.state.Store(&memState{active: st.active, base: upto})
 	st.active.mu.Unlock()
@@ -132,29 +133,33 @@ func (db *DB) flushMem() (journal.Location, error) {
 // tree in name order and key by key in key order: a tree dropped in t is
 // dropped first, one that exists at t's end exists (even empty).
 func flushTable(tx *index.Tx, t *memTable) error {
-	names := make([]string, 0, len(t.trees))
 	seen := map[string]bool{}
-	for n := range t.trees {
-		names, seen[n] = append(names, n), true
-	}
-	t.items.Ascend(func(it memItem) bool {
-		if !seen[it.tree] {
-			names, seen[it.tree] = append(names, it.tree), true
-		}
+	var names []string
+	t.trees.Range(func(k, _ any) bool {
+		names, seen[k.(string)] = append(names, k.(string)), true
 		return true
 	})
+	for n := t.head.next[0].Load(); n != nil; n = n.next[0].Load() {
+		if !seen[n.tree] {
+			names, seen[n.tree] = append(names, n.tree), true
+		}
+	}
 	sort.Strings(names)
 	for _, name := range names {
 		var lastDrop uint64
 		exists := true
-		vs := t.trees[name]
-		for _, v := range vs {
-			if v.drop {
-				lastDrop = v.seq
+		var last *treeVer
+		if mt := t.tree(name); mt != nil {
+			last = mt.vers.Load()
+			for v := last; v != nil; v = v.older.Load() {
+				if v.drop {
+					lastDrop = v.seq
+					break
+				}
 			}
-		}
-		if n := len(vs); n > 0 {
-			exists = vs[n-1].exists
+			if last != nil {
+				exists = last.exists
+			}
 		}
 		tb, err := tx.OpenTree([]byte(name))
 		if err != nil {
@@ -174,32 +179,22 @@ func flushTable(tx *index.Tx, t *memTable) error {
 				return err
 			}
 		}
-		var ferr error
-		last := ""
-		first := true
-		t.items.AscendGreaterOrEqual(memItem{tree: name, seq: ^uint64(0)}, func(it memItem) bool {
-			if it.tree != name {
-				return false
+		for n := t.seekGE(name, "", false); n != nil && n.tree == name; n = n.next[0].Load() {
+			v := n.vers.Load()
+			if v == nil || v.seq <= lastDrop {
+				continue // gone with the tree
 			}
-			if !first && it.key == last {
-				return true // an older version
-			}
-			first, last = false, it.key
-			if it.seq <= lastDrop {
-				return true // dropped with the tree
-			}
-			if it.val == nil {
-				_, ferr = tb.Delete([]byte(it.key))
+			if v.val == nil {
+				_, err = tb.Delete([]byte(n.key))
 			} else {
-				ferr = tb.Put([]byte(it.key), it.val)
+				err = tb.Put([]byte(n.key), v.val)
 			}
-			return ferr == nil
-		})
-		if ferr != nil {
-			return ferr
+			if err != nil {
+				return err
+			}
 		}
-		if invariants.Enabled && len(vs) > 0 {
-			invariants.Assertf(tb.Len() == vs[len(vs)-1].count, "flush: tree %q holds %d keys, the mem table says %d", name, tb.Len(), vs[len(vs)-1].count)
+		if invariants.Enabled && last != nil {
+			invariants.Assertf(tb.Len() == last.count, "flush: tree %q holds %d keys, the mem table says %d", name, tb.Len(), last.count)
 		}
 	}
 	return nil

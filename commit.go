@@ -330,8 +330,10 @@ func (db *DB) applyInTurn(seq uint64, group []*commitReq, locs []journal.Locatio
 // once.
 func (db *DB) applyGroup(group []*commitReq, locs []journal.Location) error {
 	st := db.mem.lockActive()
+	db.viewSeqsBuf = db.viewSeqs(db.viewSeqsBuf)
 	err := db.ix.View(func(tx *index.Tx) error {
-		m := &memApply{db: db, st: st, ix: tx, seq: db.mem.seq.Load(), protected: db.protected}
+		start := db.mem.seq.Load()
+		m := &memApply{st: st, ix: tx, seq: start, start: start, views: db.viewSeqsBuf}
 		a := applier{t: m}
 		i := 0
 		for _, r := range group {

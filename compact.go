@@ -22,11 +22,13 @@ import (
 // Which segments: those journal GC keeps before the last checkpoint's
 // replay position ("pinned"). When the live values in them take less than
 // 1/compactFactor of their size, a pass moves all of those values forward,
-// and the next checkpoint removes every pinned segment. A pass runs after a
-// checkpoint, at most once per replay segment (the set of pinned segments
-// changes only when the replay position enters a new segment), and a pass
-// that moved values takes a second checkpoint at once, whose GC removes
-// the segments they left. Values written since the pass (at most one
+// and the next checkpoint removes every pinned segment. A pass runs after
+// every checkpoint that finds the pinned segments sparse (values deleted
+// since the last pass count, even within one segment: a Raft log truncated
+// after a snapshot), unless a pass found exactly the same candidates before
+// and moved nothing; a pass that moved values takes a second checkpoint at
+// once, whose GC removes the segments they left. Values written since the
+// pass (at most one
 // checkpoint interval of journal) stay pinned until the next pass, after
 // the next checkpoint. So, right after a checkpoint:
 //
@@ -63,10 +65,10 @@ type compaction struct {
 	movedValues atomic.Uint64 // values copied forward (a stale copy included)
 	// mu serializes passes.
 	mu sync.Mutex
-	// doneAt is the journal segment of the replay position at the last
-	// pass after a checkpoint.
-	doneAt atomic.Uint32
-	kick   chan struct{} // buffered(1): a checkpoint finished
+	// idle is what the candidates were when a pass last moved nothing:
+	// the same again is not scanned again.
+	idle candidates
+	kick chan struct{} // buffered(1): a checkpoint finished
 }
 
 // compactMoveBytes bounds the value bytes of one batch of moves, so that a
@@ -96,19 +98,10 @@ func (db *DB) kickCompactor() {
 	}
 }
 
-// compactAfterCheckpoint runs the pass due after the last checkpoint, unless
-// one ran for its replay segment already.
+// compactAfterCheckpoint runs a pass after a checkpoint if one is due.
 func (db *DB) compactAfterCheckpoint() error {
-	c := &db.compaction
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	db.mu.Lock()
-	ck := uint32(db.mu.ckApplied.Segment)
-	db.mu.Unlock()
-	if c.doneAt.Load() == ck {
-		return nil
-	}
-	c.doneAt.Store(ck)
+	db.compaction.mu.Lock()
+	defer db.compaction.mu.Unlock()
 	n, err := db.compact()
 	if errors.Is(err, ErrClosed) {
 		return nil
@@ -143,7 +136,15 @@ func (db *DB) Compact() (int, error) {
 // checkpoint's replay position, and how many live values are in them, when
 // those values take less than 1/compactFactor of the segments' size; else
 // none.
-func (db *DB) compactCandidates() (map[journal.SegmentID]bool, int64, error) {
+// candidates sums up a set of candidate segments: their ends, sizes and
+// live values.
+type candidates struct {
+	limit       journal.SegmentID
+	total, live int64
+	count       int64
+}
+
+func (db *DB) compactCandidates() (map[journal.SegmentID]bool, candidates, error) {
 	db.mu.Lock()
 	limit := db.mu.ckApplied.Segment
 	db.mu.Unlock()
@@ -156,7 +157,7 @@ func (db *DB) compactCandidates() (map[journal.SegmentID]bool, int64, error) {
 		}
 	}
 	if len(cands) == 0 {
-		return nil, 0, nil
+		return nil, candidates{}, nil
 	}
 	var live, count int64
 	err := db.latestView(func(s *Snapshot) error {
@@ -177,19 +178,20 @@ func (db *DB) compactCandidates() (map[journal.SegmentID]bool, int64, error) {
 		return nil
 	})
 	if err != nil || count == 0 || live*compactFactor >= total {
-		return nil, 0, wrapErr(err)
+		return nil, candidates{}, wrapErr(err)
 	}
-	return cands, count, nil
+	return cands, candidates{limit: limit, total: total, live: live, count: count}, nil
 }
 
 // compact runs one pass: it scans every tree (the engine's own excepted)
 // in Views of at most compactMoveBytes of values to move each, and commits
 // each chunk as one batch of moves. The caller holds compaction.mu.
 func (db *DB) compact() (int, error) {
-	cands, want, err := db.compactCandidates()
-	if err != nil || len(cands) == 0 {
+	cands, sum, err := db.compactCandidates()
+	if err != nil || len(cands) == 0 || sum == db.compaction.idle {
 		return 0, err
 	}
+	want := sum.count
 	budget := min(compactMoveBytes, db.maxGroup/4)
 	recBudget := db.maxRecord / 2
 	var (
@@ -262,6 +264,9 @@ func (db *DB) compact() (int, error) {
 	}
 	if moved > 0 {
 		db.compaction.compactions.Add(1)
+		db.compaction.idle = candidates{}
+	} else {
+		db.compaction.idle = sum
 	}
 	return int(moved), nil
 }

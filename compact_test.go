@@ -379,3 +379,43 @@ func TestCompact_BoundProperty(t *testing.T) {
 		})
 	}
 }
+
+// A pass that found every value live, then deletes that fit in the same
+// journal segment (a Raft log truncated after a snapshot writes only small
+// delete records): the next checkpoint's pass still runs, and the journal
+// is within the bound right after it (a pass used to run at most once per
+// replay segment: 3,328 KiB against a bound of 1,696).
+func TestCompact_DeletesWithinOneSegmentStillCompact(t *testing.T) {
+	fs := vfs.NewMem()
+	db, err := kdb.Open("/db", spaceOpts(fs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	val := make([]byte, 4096)
+	const n = 768 // 3 MiB of journal values, 48 segments
+	for i := range n {
+		if err := db.Put("x", []byte(fmt.Sprintf("k%04d", i)), val); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Checkpoint(); err != nil { // its pass finds every value live
+		t.Fatal(err)
+	}
+	b := kdb.NewBatch()
+	for i := 10; i < n; i++ {
+		b.Delete("x", []byte(fmt.Sprintf("k%04d", i)))
+	}
+	if err := db.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	live := int64(10 * len(val))
+	_, size := journalSize(t, fs, "/db")
+	if size > spaceBound(live) {
+		st := db.Stats()
+		t.Fatalf("journal %d KiB right after a checkpoint, bound %d KiB (pinned %d KiB, %d passes)", size>>10, spaceBound(live)>>10, st.PinnedBytes>>10, st.Compactions)
+	}
+}

@@ -74,6 +74,9 @@ type DB struct {
 
 	compaction compaction // compact.go
 	mem        mem        // the mem tables: mem.go
+	// viewSeqsBuf is the applier's copy of the Views' S (under the active
+	// mem table's mu).
+	viewSeqsBuf []uint64
 
 	mu struct {
 		sync.Mutex

@@ -76,14 +76,12 @@ func (db *DB) beginView(seq uint64) (journal.SegmentID, error) {
 	return r.floor, nil
 }
 
-// protected reports whether a running View reads the mem tables at a seq
-// in [from, to). The caller holds the active mem table's lock.
-func (db *DB) protected(from, to uint64) bool {
+// viewSeqs returns the mem tables' S of the running Views, sorted.
+func (db *DB) viewSeqs(dst []uint64) []uint64 {
 	r := &db.views
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	i := sort.Search(len(r.seqs), func(i int) bool { return r.seqs[i] >= from })
-	return i < len(r.seqs) && r.seqs[i] < to
+	return append(dst[:0], r.seqs...)
 }
 
 // endView unregisters a View that registered floor and seq.

@@ -2,11 +2,11 @@ package kdb
 
 import (
 	"bytes"
+	"math/bits"
 	"sort"
 	"sync"
 	"sync/atomic"
 
-	"github.com/google/btree"
 	"github.com/kdb-project/kdb/index"
 )
 
@@ -29,23 +29,31 @@ import (
 // some later ones too: the frozen table holds those as well, with the
 // same final values, so they read the same).
 //
+// A table is a skiplist of keys, each with its versions newest first, and
+// a map of trees, each with its metadata versions newest first. One writer
+// (the applier, holding the table's mu) links new nodes and versions in
+// with atomic stores; readers take no lock and follow the atomic pointers.
+// A node or version unlinked by pruning stays intact (the garbage
+// collector frees it once no reader holds it), so a reader standing on one
+// goes on from there.
+//
 // Invariants:
-//   - A table's versions of a key are never changed, only added and
-//     removed; a frozen table is never changed.
+//   - A version is never changed once linked; a frozen table is never
+//     changed.
 //   - Every seq in the active table is above every seq in the frozen one,
 //     which is above memState.base; the index holds every change up to
 //     base.
-//   - A version is removed only if no running View's S and no flush's
-//     bound lies in [its seq, the seq of the next newer version of its key)
-//     (prune): no reader can still want it.
+//   - A version is unlinked only if no running View's S lies in [its seq,
+//     the seq of the next newer version of its key) (protected): no reader
+//     can still want it. A key's node is unlinked only with its last
+//     version.
 //   - The active table changes only under its mu, held by the applier for
 //     a whole group; the state changes (freeze, flush done) under the same
 //     lock, so an applier sees a state and its tables as one.
 
-// memItem is one version of one key.
-type memItem struct {
-	tree, key string
-	seq       uint64
+// memVer is one version of one key.
+type memVer struct {
+	seq uint64
 	// val is the value as the page file's tree keeps it (an index value,
 	// or the bare counts of the segment-refs tree); nil: deleted.
 	val []byte
@@ -53,16 +61,7 @@ type memItem struct {
 	// table or the index) when this version was written; a deleted key
 	// that has none, and no older version, needs no version at all.
 	below bool
-}
-
-func memLess(a, b memItem) bool {
-	if a.tree != b.tree {
-		return a.tree < b.tree
-	}
-	if a.key != b.key {
-		return a.key < b.key
-	}
-	return a.seq > b.seq // newest first
+	older atomic.Pointer[memVer]
 }
 
 // treeVer is one version of a tree's existence and key count.
@@ -71,23 +70,232 @@ type treeVer struct {
 	exists bool
 	count  uint64
 	drop   bool // the tree was dropped at seq: its keys' older versions are gone
+	older  atomic.Pointer[treeVer]
 }
 
-// memItemSize estimates what an item costs in memory.
-func memItemSize(it memItem) int64 { return int64(len(it.tree) + len(it.key) + len(it.val) + 96) }
+// memKey is a key's node in a table's skiplist.
+type memKey struct {
+	tree, key string
+	vers      atomic.Pointer[memVer] // newest first
+	next      []atomic.Pointer[memKey]
+}
+
+// memTree is a tree's metadata in a table.
+type memTree struct {
+	vers atomic.Pointer[treeVer] // newest first
+}
+
+const memMaxHeight = 20
+
+// memVerSize estimates what a version costs in memory.
+func memVerSize(val []byte) int64 { return int64(len(val) + 48) }
+
+func memKeySize(tree, key string, h int) int64 { return int64(len(tree) + len(key) + 48 + 8*h) }
 
 // memTable is one table of versions.
 type memTable struct {
-	mu    sync.RWMutex // the active table's; a frozen table is read without it
-	items *btree.BTreeG[memItem]
-	trees map[string][]treeVer // oldest first
-	bytes atomic.Int64         // estimated memory
-	n     atomic.Int64         // versions (items)
+	mu     sync.Mutex // the writer's (the active table's); readers take none
+	head   *memKey
+	height atomic.Int32
+	rnd    uint64
+	trees  sync.Map // string -> *memTree
+	ntrees atomic.Int64
+	bytes  atomic.Int64 // estimated memory
+	n      atomic.Int64 // versions
 }
 
 func newMemTable() *memTable {
-	return &memTable{items: btree.NewG(16, memLess), trees: map[string][]treeVer{}}
+	t := &memTable{head: &memKey{next: make([]atomic.Pointer[memKey], memMaxHeight)}, rnd: 0x9e3779b97f4a7c15}
+	t.height.Store(1)
+	return t
 }
+
+func keyLess(tree, key string, n *memKey) bool {
+	if tree != n.tree {
+		return tree < n.tree
+	}
+	return key < n.key
+}
+
+// seekGE returns the first node at or after (tree, key), or nil; with
+// after, the first one after it.
+func (t *memTable) seekGE(tree, key string, after bool) *memKey {
+	x := t.head
+	var n *memKey
+	for lvl := int(t.height.Load()) - 1; lvl >= 0; lvl-- {
+		for {
+			// n, as loaded and compared, is the answer at level 0: a
+			// second load could meet a node linked in since, before it.
+			n = x.next[lvl].Load()
+			if n == nil {
+				break
+			}
+			if after {
+				if keyLess(tree, key, n) {
+					break
+				}
+			} else if !(n.tree < tree || (n.tree == tree && n.key < key)) {
+				break
+			}
+			x = n
+		}
+	}
+	return n
+}
+
+// seekLT returns the last node before (tree, key), or nil (the head is not
+// a node); with incl, at or before it.
+func (t *memTable) seekLT(tree, key string, incl bool) *memKey {
+	x := t.head
+	for lvl := int(t.height.Load()) - 1; lvl >= 0; lvl-- {
+		for {
+			n := x.next[lvl].Load()
+			if n == nil {
+				break
+			}
+			less := n.tree < tree || (n.tree == tree && n.key < key)
+			if incl {
+				less = less || (n.tree == tree && n.key == key)
+			}
+			if !less {
+				break
+			}
+			x = n
+		}
+	}
+	if x == t.head {
+		return nil
+	}
+	return x
+}
+
+// find returns the node of (tree, key), or nil.
+func (t *memTable) find(tree, key string) *memKey {
+	n := t.seekGE(tree, key, false)
+	if n != nil && n.tree == tree && n.key == key {
+		return n
+	}
+	return nil
+}
+
+// insertKey returns the node of (tree, key), linking a new one in if
+// needed. Writer only.
+func (t *memTable) insertKey(tree, key string) *memKey {
+	var prev [memMaxHeight]*memKey
+	x := t.head
+	h := int(t.height.Load())
+	for lvl := h - 1; lvl >= 0; lvl-- {
+		for {
+			n := x.next[lvl].Load()
+			if n == nil || !(n.tree < tree || (n.tree == tree && n.key < key)) {
+				break
+			}
+			x = n
+		}
+		prev[lvl] = x
+	}
+	if n := x.next[0].Load(); n != nil && n.tree == tree && n.key == key {
+		return n
+	}
+	t.rnd ^= t.rnd << 13
+	t.rnd ^= t.rnd >> 7
+	t.rnd ^= t.rnd << 17
+	nh := 1 + bits.TrailingZeros64(t.rnd|1<<(memMaxHeight-1))/2
+	if nh > memMaxHeight {
+		nh = memMaxHeight
+	}
+	if nh > h {
+		for lvl := h; lvl < nh; lvl++ {
+			prev[lvl] = t.head
+		}
+		t.height.Store(int32(nh))
+	}
+	n := &memKey{tree: tree, key: key, next: make([]atomic.Pointer[memKey], nh)}
+	for lvl := 0; lvl < nh; lvl++ {
+		n.next[lvl].Store(prev[lvl].next[lvl].Load())
+	}
+	// Linked bottom up: a reader that meets n at some level finds it whole.
+	for lvl := 0; lvl < nh; lvl++ {
+		prev[lvl].next[lvl].Store(n)
+	}
+	t.bytes.Add(memKeySize(tree, key, nh))
+	return n
+}
+
+// removeKey unlinks node n (whose versions are all gone). Writer only.
+func (t *memTable) removeKey(n *memKey) {
+	x := t.head
+	for lvl := int(t.height.Load()) - 1; lvl >= 0; lvl-- {
+		for {
+			m := x.next[lvl].Load()
+			if m == nil || m == n || !(m.tree < n.tree || (m.tree == n.tree && m.key < n.key)) {
+				break
+			}
+			x = m
+		}
+		if lvl < len(n.next) && x.next[lvl].Load() == n {
+			x.next[lvl].Store(n.next[lvl].Load())
+		}
+	}
+	t.bytes.Add(-memKeySize(n.tree, n.key, len(n.next)))
+}
+
+// tree returns tree's metadata node, or nil.
+func (t *memTable) tree(tree string) *memTree {
+	if v, ok := t.trees.Load(tree); ok {
+		return v.(*memTree)
+	}
+	return nil
+}
+
+// visible returns the newest version of n with lower < seq <= s.
+func visible(n *memKey, s, lower uint64) *memVer {
+	for v := n.vers.Load(); v != nil; v = v.older.Load() {
+		if v.seq <= s {
+			if v.seq > lower {
+				return v
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// treeAt returns the newest version of tree's metadata with lower < seq <=
+// s in t, if any.
+func (t *memTable) treeAt(tree string, s, lower uint64) *treeVer {
+	mt := t.tree(tree)
+	if mt == nil {
+		return nil
+	}
+	for v := mt.vers.Load(); v != nil; v = v.older.Load() {
+		if v.seq <= s {
+			if v.seq > lower {
+				return v
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// dropAt returns the seq of the newest drop of tree with lower < seq <= s
+// in t, or 0.
+func (t *memTable) dropAt(tree string, s, lower uint64) uint64 {
+	mt := t.tree(tree)
+	if mt == nil {
+		return 0
+	}
+	for v := mt.vers.Load(); v != nil && v.seq > lower; v = v.older.Load() {
+		if v.seq <= s && v.drop {
+			return v.seq
+		}
+	}
+	return 0
+}
+
+// empty reports whether t holds nothing.
+func (t *memTable) empty() bool { return t.head.next[0].Load() == nil && t.ntrees.Load() == 0 }
 
 // memState is what a View reads: the tables and the index's bound.
 type memState struct {
@@ -99,9 +307,24 @@ type memState struct {
 // mem is the DB's mem tables and sequence numbers.
 type mem struct {
 	state atomic.Pointer[memState]
-	// seq is the seq of the last operation applied (written under the
-	// active table's mu).
+	// seq is the seq of the last operation applied: the applier publishes
+	// it at the end of each group, a View reads it as its S (read).
 	seq atomic.Uint64
+	// flushes counts the flushes whose index Update committed (see
+	// DB.view).
+	flushes atomic.Uint64
+}
+
+// read returns a state and an S that go together: every version with
+// state.base < seq <= S is in the state's tables.
+func (m *mem) read() memView {
+	for {
+		st := m.state.Load()
+		s := m.seq.Load()
+		if m.state.Load() == st {
+			return memView{st: st, s: s}
+		}
+	}
 }
 
 func (m *mem) init() { m.state.Store(&memState{active: newMemTable()}) }
@@ -116,18 +339,6 @@ func (m *mem) lockActive() *memState {
 			return st
 		}
 		st.active.mu.Unlock()
-	}
-}
-
-// rlockActive locks the active table for reading and returns its state.
-func (m *mem) rlockActive() *memState {
-	for {
-		st := m.state.Load()
-		st.active.mu.RLock()
-		if m.state.Load() == st {
-			return st
-		}
-		st.active.mu.RUnlock()
 	}
 }
 
@@ -151,70 +362,14 @@ func (m *mem) versions() int {
 	return n
 }
 
-// visible returns the newest version of key in tree with lower < seq <= s
-// in t, if any. The caller holds t.mu (active) or t is frozen.
-func (t *memTable) visible(tree, key string, s, lower uint64) (memItem, bool) {
-	var out memItem
-	found := false
-	t.items.AscendGreaterOrEqual(memItem{tree: tree, key: key, seq: s}, func(it memItem) bool {
-		if it.tree == tree && it.key == key && it.seq > lower {
-			out, found = it, true
-		}
-		return false
-	})
-	return out, found
-}
-
-// treeAt returns the newest version of tree's metadata with lower < seq <=
-// s in t, if any.
-func (t *memTable) treeAt(tree string, s, lower uint64) (treeVer, bool) {
-	vs := t.trees[tree]
-	for i := len(vs) - 1; i >= 0; i-- {
-		if vs[i].seq <= s {
-			if vs[i].seq > lower {
-				return vs[i], true
-			}
-			break
-		}
-	}
-	return treeVer{}, false
-}
-
-// dropAt returns the seq of the newest drop of tree with lower < seq <= s
-// in t, or 0.
-func (t *memTable) dropAt(tree string, s, lower uint64) uint64 {
-	vs := t.trees[tree]
-	for i := len(vs) - 1; i >= 0 && vs[i].seq > lower; i-- {
-		if vs[i].seq <= s && vs[i].drop {
-			return vs[i].seq
-		}
-	}
-	return 0
-}
-
 // memView is what one reader sees of the mem tables: the state and S.
 type memView struct {
 	st *memState
 	s  uint64
-	// locked: the reader holds the active table's lock already (the
-	// applier, latestView).
-	locked bool
-}
-
-// rlock takes the active table's read lock unless the reader holds it;
-// the returned func releases what it took.
-func (v memView) rlock() func() {
-	if v.locked {
-		return func() {}
-	}
-	a := v.st.active
-	a.mu.RLock()
-	return a.mu.RUnlock
 }
 
 // lower returns the bound above which versions of tree are visible, and
-// whether the index's tree is hidden (dropped after base). The caller holds
-// the active table's read lock.
+// whether the index's tree is hidden (dropped after base).
 func (v memView) lower(tree string) (uint64, bool) {
 	lower := v.st.base
 	if v.st.frozen != nil {
@@ -228,53 +383,50 @@ func (v memView) lower(tree string) (uint64, bool) {
 	return lower, lower > v.st.base
 }
 
-// get returns the value of key in tree: found says the mem tables decide
-// (val nil: deleted); otherwise hidden says the index's tree is dropped,
-// and the index holds the answer if not.
-func (v memView) get(tree, key string) (val []byte, found, hidden bool) {
-	a := v.st.active
-	defer v.rlock()()
-	lower, hidden := v.lower(tree)
-	if it, ok := a.visible(tree, key, v.s, lower); ok {
-		return it.val, true, hidden
-	}
-	if f := v.st.frozen; f != nil {
-		if it, ok := f.visible(tree, key, v.s, lower); ok {
-			return it.val, true, hidden
+// get returns the value of key in tree with versions above lower: found
+// says the mem tables decide (val nil: deleted); otherwise the index holds
+// the answer.
+func (v memView) get(tree, key string, lower uint64) (val []byte, found bool) {
+	for _, t := range [2]*memTable{v.st.active, v.st.frozen} {
+		if t == nil {
+			continue
+		}
+		if n := t.find(tree, key); n != nil {
+			if ver := visible(n, v.s, lower); ver != nil {
+				return ver.val, true
+			}
 		}
 	}
-	return nil, false, hidden
+	return nil, false
 }
 
 // tree returns tree's metadata if the mem tables decide it (else the
 // index's tree is the answer).
-func (v memView) tree(tree string) (treeVer, bool) {
-	a := v.st.active
-	defer v.rlock()()
-	if tv, ok := a.treeAt(tree, v.s, v.st.base); ok {
-		return tv, true
+func (v memView) tree(tree string) *treeVer {
+	if tv := v.st.active.treeAt(tree, v.s, v.st.base); tv != nil {
+		return tv
 	}
 	if f := v.st.frozen; f != nil {
 		return f.treeAt(tree, v.s, v.st.base)
 	}
-	return treeVer{}, false
+	return nil
 }
 
 // trees returns the names of the trees the mem tables have metadata for,
 // with the verdict for each (exists or not), sorted.
 func (v memView) trees() ([]string, map[string]bool) {
-	a := v.st.active
-	defer v.rlock()()
 	out := map[string]bool{}
-	for _, t := range []*memTable{v.st.frozen, a} {
+	for _, t := range [2]*memTable{v.st.frozen, v.st.active} {
 		if t == nil {
 			continue
 		}
-		for name := range t.trees {
-			if tv, ok := t.treeAt(name, v.s, v.st.base); ok {
+		t.trees.Range(func(k, _ any) bool {
+			name := k.(string)
+			if tv := t.treeAt(name, v.s, v.st.base); tv != nil {
 				out[name] = tv.exists
 			}
-		}
+			return true
+		})
 	}
 	names := make([]string, 0, len(out))
 	for n := range out {
@@ -284,131 +436,118 @@ func (v memView) trees() ([]string, map[string]bool) {
 	return names, out
 }
 
-// step returns the first key of tree after (or, with !fwd, before) key
-// that has a version visible at lower < seq <= s in the tables (nil key
-// with fwd: from the start; nil with !fwd: from the end, inclusive of
-// nothing), and that version; ok false at the end. With incl, key itself
-// qualifies.
+// step returns the first key of tree after (fwd) or before (!fwd) key that
+// has a version visible at lower < seq <= s (key nil: from the start or
+// the end; incl: key itself qualifies), and that version's value (nil:
+// deleted); ok false at the end.
 func (v memView) step(tree string, key []byte, incl, fwd bool, lower uint64) (k []byte, val []byte, ok bool) {
-	a := v.st.active
-	defer v.rlock()()
-	var best memItem
-	found := false
-	for _, t := range []*memTable{a, v.st.frozen} {
+	var bestKey string
+	var best *memVer
+	for _, t := range [2]*memTable{v.st.active, v.st.frozen} {
 		if t == nil {
 			continue
 		}
-		it, ok := t.stepTable(tree, key, incl, fwd, v.s, lower)
-		if !ok {
+		n, ver := t.stepTable(tree, key, incl, fwd, v.s, lower)
+		if n == nil {
 			continue
 		}
 		switch {
-		case !found:
-			best, found = it, true
-		case it.key == best.key:
-			// The active table's version is the newer one: keep best.
-		case fwd == (it.key < best.key):
-			best = it
+		case best == nil:
+			bestKey, best = n.key, ver
+		case n.key == bestKey:
+			// The active table's version is the newer one: keep it.
+		case fwd == (n.key < bestKey):
+			bestKey, best = n.key, ver
 		}
 	}
-	if !found {
+	if best == nil {
 		return nil, nil, false
 	}
-	return []byte(best.key), best.val, true
+	return []byte(bestKey), best.val, true
 }
 
-// stepTable is step in one table.
-func (t *memTable) stepTable(tree string, key []byte, incl, fwd bool, s, lower uint64) (memItem, bool) {
-	var out memItem
-	found := false
+// stepTable is step in one table: the node and its visible version.
+func (t *memTable) stepTable(tree string, key []byte, incl, fwd bool, s, lower uint64) (*memKey, *memVer) {
+	var n *memKey
 	if fwd {
-		pivot := memItem{tree: tree, key: string(key), seq: ^uint64(0)}
-		skip := ""
-		skipSet := !incl && key != nil
-		if skipSet {
-			skip = string(key)
+		if key == nil {
+			n = t.seekGE(tree, "", false)
+		} else {
+			n = t.seekGE(tree, string(key), !incl)
 		}
-		t.items.AscendGreaterOrEqual(pivot, func(it memItem) bool {
-			if it.tree != tree {
-				return false
+		for ; n != nil && n.tree == tree; n = n.next[0].Load() {
+			if ver := visible(n, s, lower); ver != nil {
+				return n, ver
 			}
-			if skipSet && it.key == skip {
-				return true
-			}
-			if it.seq <= s && it.seq > lower {
-				out, found = it, true
-				return false
-			}
-			return true
-		})
-		return out, found
+		}
+		return nil, nil
 	}
-	// Backward: versions of a key come newest first in the order, so
-	// walking down meets a key's oldest version first; the visible one is
-	// the last one met with lower < seq <= s before the key changes.
-	var pivot memItem
-	switch {
-	case key == nil:
-		// After every item of tree: no name lies between tree and
-		// tree+"\x00".
-		pivot = memItem{tree: tree + "\x00", seq: ^uint64(0)}
-	case incl:
-		pivot = memItem{tree: tree, key: string(key), seq: 0}
-	default:
-		pivot = memItem{tree: tree, key: string(key), seq: ^uint64(0)}
+	if key == nil {
+		n = t.seekLT(tree+"\x00", "", false) // no name lies between tree and tree+"\x00"
+	} else {
+		n = t.seekLT(tree, string(key), incl)
 	}
-	cur := ""
-	started := false
-	t.items.DescendLessOrEqual(pivot, func(it memItem) bool {
-		if it.tree != tree {
-			return it.tree > tree // the pivot itself, if an item: go on
+	for ; n != nil && n.tree == tree; n = t.seekLT(n.tree, n.key, false) {
+		if ver := visible(n, s, lower); ver != nil {
+			return n, ver
 		}
-		if !started || it.key != cur {
-			if found {
-				return false // the key before had a visible version
-			}
-			cur, started = it.key, true
-		}
-		if it.seq <= s && it.seq > lower {
-			out, found = it, true
-		}
-		return true
-	})
-	return out, found
+	}
+	return nil, nil
 }
 
 // memApply is the mem tables as the applier's target (applyTarget): the
 // active table, locked, over the frozen table and the index. Every
 // operation writes a new version with the next seq.
 type memApply struct {
-	db  *DB
 	st  *memState
 	ix  *index.Tx // the index as of the state (a View)
 	seq uint64    // the last seq given
-	// protected reports whether some reader may want a version with seq
-	// in [from, to): see prune.
-	protected func(from, to uint64) bool
+	// views are the S of the running Views (sorted), copied at the start
+	// of the group, and the seq published then (start): see protected.
+	views []uint64
+	start uint64
 	// The last key looked up by current, and whether it has a value below
 	// the active table (put and del, which follow, need it).
 	lastTree, lastKey []byte
 	lastBelow         bool
+	// Index trees opened in this group.
+	ixTrees map[string]*index.Tree
+}
+
+// protected reports whether a View may read the mem tables at a seq in
+// [from, to): a version there may be wanted. The Views registered when the
+// group began are known; one that registers later read its S before, so S
+// <= start, and a version it wants (from <= S < to, to > start: written in
+// this group) has start in [from, to) too.
+func (m *memApply) protected(from, to uint64) bool {
+	if from <= m.start && m.start < to {
+		return true
+	}
+	i := sort.Search(len(m.views), func(i int) bool { return m.views[i] >= from })
+	return i < len(m.views) && m.views[i] < to
+}
+
+// ixTree returns the index's tree, or nil.
+func (m *memApply) ixTree(tree string) (*index.Tree, error) {
+	if t, ok := m.ixTrees[tree]; ok {
+		return t, nil
+	}
+	t, err := m.ix.OpenTree([]byte(tree))
+	if err != nil {
+		return nil, err
+	}
+	if m.ixTrees == nil {
+		m.ixTrees = map[string]*index.Tree{}
+	}
+	m.ixTrees[tree] = t
+	return t, nil
 }
 
 // latestLower returns the bound above which versions of tree are current
 // (its newest drop, or the index's bound) and whether the index's tree is
 // hidden.
 func (m *memApply) latestLower(tree string) (uint64, bool) {
-	v := memView{st: m.st, s: ^uint64(0)}
-	lower := m.st.base
-	if f := m.st.frozen; f != nil {
-		if d := f.dropAt(tree, v.s, lower); d > 0 {
-			lower = d
-		}
-	}
-	if d := m.st.active.dropAt(tree, v.s, lower); d > 0 {
-		lower = d
-	}
-	return lower, lower > m.st.base
+	return memView{st: m.st, s: ^uint64(0)}.lower(tree)
 }
 
 // lookup returns key's current value and whether it has one below the
@@ -416,18 +555,22 @@ func (m *memApply) latestLower(tree string) (uint64, bool) {
 func (m *memApply) lookup(tree, key []byte) (val []byte, ok, below bool, err error) {
 	tn, kn := string(tree), string(key)
 	lower, hidden := m.latestLower(tn)
-	if it, found := m.st.active.visible(tn, kn, ^uint64(0), lower); found {
-		return it.val, it.val != nil, it.below, nil
+	if n := m.st.active.find(tn, kn); n != nil {
+		if v := visible(n, ^uint64(0), lower); v != nil {
+			return v.val, v.val != nil, v.below, nil
+		}
 	}
 	if f := m.st.frozen; f != nil {
-		if it, found := f.visible(tn, kn, ^uint64(0), lower); found {
-			return it.val, it.val != nil, it.val != nil, nil
+		if n := f.find(tn, kn); n != nil {
+			if v := visible(n, ^uint64(0), lower); v != nil {
+				return v.val, v.val != nil, v.val != nil, nil
+			}
 		}
 	}
 	if hidden {
 		return nil, false, false, nil
 	}
-	t, err := m.ix.OpenTree(tree)
+	t, err := m.ixTree(tn)
 	if err != nil || t == nil {
 		return nil, false, false, err
 	}
@@ -453,32 +596,40 @@ func (m *memApply) below(tree, key []byte) (bool, error) {
 	return below, err
 }
 
-// treeNow returns tree's current metadata.
-func (m *memApply) treeNow(tree string) (treeVer, error) {
-	if tv, ok := m.st.active.treeAt(tree, ^uint64(0), m.st.base); ok {
-		return tv, nil
+// treeNow returns tree's current metadata (exists, count).
+func (m *memApply) treeNow(tree string) (exists bool, count uint64, err error) {
+	if tv := m.st.active.treeAt(tree, ^uint64(0), m.st.base); tv != nil {
+		return tv.exists, tv.count, nil
 	}
 	if f := m.st.frozen; f != nil {
-		if tv, ok := f.treeAt(tree, ^uint64(0), m.st.base); ok {
-			return tv, nil
+		if tv := f.treeAt(tree, ^uint64(0), m.st.base); tv != nil {
+			return tv.exists, tv.count, nil
 		}
 	}
-	t, err := m.ix.OpenTree([]byte(tree))
+	t, err := m.ixTree(tree)
 	if err != nil || t == nil {
-		return treeVer{}, err
+		return false, 0, err
 	}
-	return treeVer{exists: true, count: t.Len()}, nil
+	return true, t.Len(), nil
 }
 
-// setTree records a new version of tree's metadata, dropping the previous
-// one if no reader may want it.
-func (m *memApply) setTree(tree string, tv treeVer) {
+// setTree links a new version of tree's metadata in, unlinking the
+// previous one if no reader may want it (a drop is kept: it bounds what
+// older versions of the tree's keys are visible).
+func (m *memApply) setTree(tree string, tv *treeVer) {
 	a := m.st.active
-	vs := a.trees[tree]
-	if n := len(vs); n > 0 && !vs[n-1].drop && !m.protected(vs[n-1].seq, tv.seq) {
-		vs = vs[:n-1]
+	mt := a.tree(tree)
+	if mt == nil {
+		mt = &memTree{}
+		a.trees.Store(tree, mt)
+		a.ntrees.Add(1)
 	}
-	a.trees[tree] = append(vs, tv)
+	prev := mt.vers.Load()
+	if prev != nil && !prev.drop && !m.protected(prev.seq, tv.seq) {
+		prev = prev.older.Load()
+	}
+	tv.older.Store(prev)
+	mt.vers.Store(tv)
 }
 
 func (m *memApply) put(tree, key, val []byte, existed bool) error {
@@ -487,20 +638,18 @@ func (m *memApply) put(tree, key, val []byte, existed bool) error {
 		return err
 	}
 	tn := string(tree)
-	tv, err := m.treeNow(tn)
+	exists, count, err := m.treeNow(tn)
 	if err != nil {
 		return err
 	}
 	m.seq++
-	if !existed || !tv.exists {
-		if !tv.exists {
-			tv = treeVer{exists: true}
+	if !existed || !exists {
+		if !exists {
+			count = 0
 		}
-		tv.count++
-		tv.seq, tv.drop = m.seq, false
-		m.setTree(tn, tv)
+		m.setTree(tn, &treeVer{seq: m.seq, exists: true, count: count + 1})
 	}
-	m.insert(memItem{tree: tn, key: string(key), seq: m.seq, val: val, below: below})
+	m.insert(tn, string(key), &memVer{seq: m.seq, val: val, below: below})
 	return nil
 }
 
@@ -510,28 +659,37 @@ func (m *memApply) del(tree, key []byte) error {
 		return err
 	}
 	tn := string(tree)
-	tv, err := m.treeNow(tn)
+	_, count, err := m.treeNow(tn)
 	if err != nil {
 		return err
 	}
 	m.seq++
-	if tv.count > 0 {
-		tv.count--
+	if count > 0 {
+		count--
 	}
-	tv.seq, tv.drop = m.seq, false
-	m.setTree(tn, tv)
-	m.insert(memItem{tree: tn, key: string(key), seq: m.seq, below: below})
+	m.setTree(tn, &treeVer{seq: m.seq, exists: true, count: count})
+	m.insert(tn, string(key), &memVer{seq: m.seq, below: below})
 	return nil
 }
 
 func (m *memApply) drop(tree []byte, each func(val []byte)) error {
 	tn := string(tree)
-	tv, err := m.treeNow(tn)
-	if err != nil || !tv.exists {
+	exists, _, err := m.treeNow(tn)
+	if err != nil || !exists {
 		return err
 	}
 	// Every current value, from the tables and the index.
-	c := m.cursor(tn)
+	lower, hidden := m.latestLower(tn)
+	c := &mergeCursor{mv: memView{st: m.st, s: ^uint64(0)}, tree: tn, lower: lower}
+	if !hidden {
+		t, err := m.ixTree(tn)
+		if err != nil {
+			return err
+		}
+		if t != nil {
+			c.base = t.Cursor()
+		}
+	}
 	for _, v, ok := c.first(); ok; _, v, ok = c.next() {
 		each(v)
 	}
@@ -539,60 +697,34 @@ func (m *memApply) drop(tree []byte, each func(val []byte)) error {
 		return c.err
 	}
 	m.seq++
-	m.st.active.trees[tn] = append(m.st.active.trees[tn], treeVer{seq: m.seq, drop: true})
+	m.setTree(tn, &treeVer{seq: m.seq, drop: true})
 	return nil
 }
 
-// cursor walks tree's current keys and values (for a drop).
-func (m *memApply) cursor(tree string) *mergeCursor {
-	lower, hidden := m.latestLower(tree)
-	c := &mergeCursor{mv: memView{st: m.st, s: ^uint64(0), locked: true}, tree: tree, lower: lower}
-	if !hidden {
-		t, err := m.ix.OpenTree([]byte(tree))
-		if err != nil {
-			c.err = err
-		} else if t != nil {
-			c.base = t.Cursor()
-		}
-	}
-	return c
-}
-
-// insert adds it to the active table and prunes the versions it makes
-// unwanted.
-func (m *memApply) insert(it memItem) {
+// insert links version v of (tree, key) in and unlinks the versions it
+// makes unwanted.
+func (m *memApply) insert(tree, key string, v *memVer) {
 	a := m.st.active
-	a.items.ReplaceOrInsert(it)
-	a.bytes.Add(memItemSize(it))
-	a.n.Add(1)
-	// The next older version of the key in the active table.
-	var prev memItem
-	hasPrev := false
-	a.items.AscendGreaterOrEqual(memItem{tree: it.tree, key: it.key, seq: it.seq - 1}, func(p memItem) bool {
-		if p.tree == it.tree && p.key == it.key {
-			prev, hasPrev = p, true
-		}
-		return false
-	})
-	if hasPrev && !m.protected(prev.seq, it.seq) {
-		a.items.Delete(prev)
-		a.bytes.Add(-memItemSize(prev))
+	n := a.insertKey(tree, key)
+	prev := n.vers.Load()
+	if prev != nil && !m.protected(prev.seq, v.seq) {
 		a.n.Add(-1)
-		// An older one still there was wanted by a reader then; it goes
+		a.bytes.Add(-memVerSize(prev.val))
+		// An older one still linked was wanted by a reader then; it goes
 		// when this key is written next with that reader gone.
-		hasPrev = false
-		a.items.AscendGreaterOrEqual(memItem{tree: it.tree, key: it.key, seq: it.seq - 1}, func(p memItem) bool {
-			hasPrev = p.tree == it.tree && p.key == it.key
-			return false
-		})
+		prev = prev.older.Load()
 	}
-	if it.val == nil && !it.below && !hasPrev {
+	if v.val == nil && !v.below && prev == nil {
 		// A key deleted that has no value below and no older version:
 		// absent for every reader, with or without this version.
-		a.items.Delete(it)
-		a.bytes.Add(-memItemSize(it))
-		a.n.Add(-1)
+		n.vers.Store(nil)
+		a.removeKey(n)
+		return
 	}
+	v.older.Store(prev)
+	n.vers.Store(v)
+	a.n.Add(1)
+	a.bytes.Add(memVerSize(v.val))
 }
 
 // mergeCursor walks one tree's visible keys: the mem tables' versions over

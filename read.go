@@ -37,35 +37,51 @@ func (db *DB) View(fn func(s *Snapshot) error) error {
 }
 
 func (db *DB) view(prefix string, fn func(s *Snapshot) error) error {
-	// The mem tables' state and S are taken with the View registered
-	// (under the active table's read lock, which the applier's pruning
-	// excludes), then the index snapshot, which holds at least what the
-	// state's base says.
-	st := db.mem.rlockActive()
-	mv := memView{st: st, s: db.mem.seq.Load()}
-	floor, err := db.beginView(mv.s)
-	st.active.mu.RUnlock()
-	if err != nil {
-		return err
+	for {
+		// The index snapshot first, then the mem tables' state and S: S is
+		// then at least the bound of every flush the snapshot holds. A
+		// flush that committed in between could leave the state without
+		// the frozen table the snapshot's older pages need: then again.
+		gen := db.mem.flushes.Load()
+		again := false
+		err := db.ix.View(func(tx *index.Tx) error {
+			mv := db.mem.read()
+			if db.mem.flushes.Load() != gen {
+				again = true
+				return nil
+			}
+			if testHookViewRead != nil {
+				testHookViewRead()
+			}
+			// S registered keeps the versions it reads (memApply.protected).
+			floor, err := db.beginView(mv.s)
+			if err != nil {
+				return err
+			}
+			defer db.endView(floor, mv.s)
+			s := &Snapshot{db: db, prefix: prefix, tx: tx, mv: mv}
+			defer s.ended.Store(true)
+			return fn(s)
+		})
+		if !again {
+			return db.staleOr(wrapErr(err))
+		}
 	}
-	defer db.endView(floor, mv.s)
-	s := &Snapshot{db: db, prefix: prefix, mv: mv}
-	defer s.ended.Store(true)
-	return db.staleOr(wrapErr(db.ix.View(func(tx *index.Tx) error {
-		s.tx = tx
-		return fn(s)
-	})))
 }
+
+// testHookViewRead, if set (by tests only), runs between a View's reading
+// its S and registering it: the window memApply.protected covers.
+var testHookViewRead func()
 
 // latestView runs fn on a snapshot of everything applied, for the
 // engine's own short reads (journal GC, compaction's accounting), also
-// while Close runs. It holds the active mem table's read lock throughout
-// (no applier runs meanwhile) and registers no View: fn must not read
-// journal values.
+// while Close runs. It holds the active mem table's lock throughout (no
+// applier runs meanwhile, so nothing it reads is unlinked) and registers
+// no View: fn must not read journal values.
 func (db *DB) latestView(fn func(s *Snapshot) error) error {
-	st := db.mem.rlockActive()
-	defer st.active.mu.RUnlock()
-	s := &Snapshot{db: db, prefix: userTreePrefix, mv: memView{st: st, s: db.mem.seq.Load(), locked: true}}
+	st := db.mem.lockActive()
+	defer st.active.mu.Unlock()
+	s := &Snapshot{db: db, prefix: userTreePrefix, mv: memView{st: st, s: db.mem.seq.Load()}}
 	defer s.ended.Store(true)
 	return wrapErr(db.ix.View(func(tx *index.Tx) error {
 		s.tx = tx
@@ -101,9 +117,7 @@ type snapTree struct {
 func (s *Snapshot) openTree(name []byte) (*snapTree, error) {
 	n := string(name)
 	t := &snapTree{s: s, name: n}
-	unlock := s.mv.rlock()
 	t.lower, t.hidden = s.mv.lower(n)
-	unlock()
 	if !t.hidden {
 		b, err := s.tx.OpenTree(name)
 		if err != nil {
@@ -111,7 +125,7 @@ func (s *Snapshot) openTree(name []byte) (*snapTree, error) {
 		}
 		t.base = b
 	}
-	if tv, ok := s.mv.tree(n); ok {
+	if tv := s.mv.tree(n); tv != nil {
 		if !tv.exists {
 			return nil, nil
 		}
@@ -127,7 +141,7 @@ func (s *Snapshot) openTree(name []byte) (*snapTree, error) {
 
 // get returns key's value as the tree keeps it (an index value).
 func (t *snapTree) get(key []byte) ([]byte, bool, error) {
-	if v, found, _ := t.s.mv.get(t.name, string(key)); found {
+	if v, found := t.s.mv.get(t.name, string(key), t.lower); found {
 		return v, v != nil, nil
 	}
 	if t.base == nil {

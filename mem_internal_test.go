@@ -1,0 +1,183 @@
+package kdb
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kdb-project/kdb/vfs"
+)
+
+// Views begun while writers run and checkpoints freeze and flush the mem
+// tables, some of them delayed between reading their S and registering it
+// (the window the applier's pruning must cover), each check what every
+// batch keeps true: a writer's two keys a and b always hold the same
+// value, its token is in exactly one of its four slots, and its counter n
+// comes with log entries 1..n and no n+1.
+func TestMem_ConcurrentSnapshotsConsistent(t *testing.T) {
+	rounds := 3000
+	if testing.Short() {
+		rounds = 1000
+	}
+	db, err := Open("/db", &Options{FS: vfs.NewMem(), CheckpointInterval: -1, CheckpointBytes: 1 << 40, CheckpointDirtyPages: 200})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var delayed atomic.Int64
+	testHookViewRead = func() {
+		if rand.IntN(8) == 0 {
+			delayed.Add(1)
+			runtime.Gosched()
+			time.Sleep(time.Duration(rand.IntN(200)) * time.Microsecond)
+		}
+	}
+	defer func() { testHookViewRead = nil }()
+	const writers = 3
+	slot := func(w, i int) []byte { return []byte(fmt.Sprintf("w%d/slot%d", w, i)) }
+	for w := range writers { // the token starts in slot 0
+		if err := db.Put("x", slot(w, 0), []byte("token")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var stop atomic.Bool
+	var wg, rg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(w), 5))
+			at := 0
+			for n := 1; n <= rounds; n++ {
+				b := NewBatch()
+				v := []byte(fmt.Sprintf("%d", n))
+				if r.IntN(4) == 0 {
+					v = append(v, make([]byte, 600)...) // kept in the journal
+				}
+				b.Put("x", []byte(fmt.Sprintf("w%d/a", w)), v)
+				b.Put("x", []byte(fmt.Sprintf("w%d/b", w)), v)
+				next := r.IntN(4)
+				if next != at {
+					b.Delete("x", slot(w, at))
+					b.Put("x", slot(w, next), []byte("token"))
+					at = next
+				}
+				b.Put("x", []byte(fmt.Sprintf("w%d/n", w)), []byte(fmt.Sprint(n)))
+				b.Put("x", []byte(fmt.Sprintf("w%d/log%06d", w, n)), []byte("x"))
+				if n > 3 {
+					b.Delete("x", []byte(fmt.Sprintf("w%d/log%06d", w, n-3))) // log keeps n-2..n
+				}
+				if err := db.Write(b); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	var checked atomic.Int64
+	fail := make(chan error, 8)
+	for range 3 {
+		rg.Add(1)
+		go func() {
+			defer rg.Done()
+			for !stop.Load() {
+				err := db.View(func(s *Snapshot) error {
+					for w := range writers {
+						a, errA := s.Get("x", []byte(fmt.Sprintf("w%d/a", w)))
+						b, errB := s.Get("x", []byte(fmt.Sprintf("w%d/b", w)))
+						if (errA == nil) != (errB == nil) || string(a) != string(b) {
+							return fmt.Errorf("writer %d: a=%.6q (%v) b=%.6q (%v) [%s]", w, a, errA, b, errB, debugKey(s, "x", fmt.Sprintf("w%d/a", w), fmt.Sprintf("w%d/b", w)))
+						}
+						tokens := 0
+						for i := range 4 {
+							if _, err := s.Get("x", slot(w, i)); err == nil {
+								tokens++
+							}
+						}
+						if tokens != 1 {
+							return fmt.Errorf("writer %d: %d tokens", w, tokens)
+						}
+						nv, err := s.Get("x", []byte(fmt.Sprintf("w%d/n", w)))
+						if err != nil {
+							continue // before its first batch
+						}
+						var n int
+						fmt.Sscan(string(nv), &n)
+						for i := max(1, n-2); i <= n+1; i++ {
+							_, err := s.Get("x", []byte(fmt.Sprintf("w%d/log%06d", w, i)))
+							if (err == nil) != (i <= n) {
+								return fmt.Errorf("writer %d at n=%d: log %d: %v [%s]", w, n, i, err, debugKey(s, "x", fmt.Sprintf("w%d/log%06d", w, i), fmt.Sprintf("w%d/n", w)))
+							}
+						}
+					}
+					checked.Add(1)
+					return nil
+				})
+				if err != nil {
+					select {
+					case fail <- err:
+					default:
+					}
+					return
+				}
+			}
+		}()
+	}
+	wg.Add(1)
+	go func() { // checkpoints: freeze and flush under the readers
+		defer wg.Done()
+		for i := 0; i < 40 && !stop.Load(); i++ {
+			time.Sleep(2 * time.Millisecond)
+			if err := db.Checkpoint(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+	}()
+	wg.Wait()
+	stop.Store(true)
+	rg.Wait()
+	select {
+	case err := <-fail:
+		t.Fatal(err)
+	default:
+	}
+	if _, err := db.Check(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d snapshots checked, %d delayed between S and registering, %d checkpoints", checked.Load(), delayed.Load(), db.Stats().Checkpoints)
+}
+
+func debugKey(s *Snapshot, ix string, keys ...string) string {
+	out := fmt.Sprintf("S=%d base=%d frozen=%v seqnow=%d", s.mv.s, s.mv.st.base, s.mv.st.frozen != nil, s.db.mem.seq.Load())
+	tree := string(treeName(userTreePrefix, ix))
+	for _, k := range keys {
+		for ti, t := range [2]*memTable{s.mv.st.active, s.mv.st.frozen} {
+			if t == nil {
+				continue
+			}
+			if n := t.find(tree, k); n != nil {
+				out += fmt.Sprintf(" | %s in table %d:", k, ti)
+				for v := n.vers.Load(); v != nil; v = v.older.Load() {
+					out += fmt.Sprintf(" %d(%v,below=%v)", v.seq, v.val != nil, v.below)
+				}
+			} else {
+				out += fmt.Sprintf(" | %s not in table %d", k, ti)
+			}
+		}
+	}
+	dups := 0
+	prevKey := ""
+	for n := s.mv.st.active.head.next[0].Load(); n != nil; n = n.next[0].Load() {
+		if n.tree+"/"+n.key == prevKey {
+			dups++
+		}
+		prevKey = n.tree + "/" + n.key
+	}
+	out += fmt.Sprintf(" dups=%d", dups)
+	return out
+}
