@@ -146,18 +146,11 @@ func flushTable(tx *index.Tx, t *memTable) error {
 	}
 	sort.Strings(names)
 	for _, name := range names {
-		var lastDrop uint64
+		lastDrop := t.lastDrop(name)
 		exists := true
 		var last *treeVer
 		if mt := t.tree(name); mt != nil {
-			last = mt.vers.Load()
-			for v := last; v != nil; v = v.older.Load() {
-				if v.drop {
-					lastDrop = v.seq
-					break
-				}
-			}
-			if last != nil {
+			if last = mt.vers.Load(); last != nil {
 				exists = last.exists
 			}
 		}

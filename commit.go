@@ -330,9 +330,11 @@ func (db *DB) applyInTurn(seq uint64, group []*commitReq, locs []journal.Locatio
 // once.
 func (db *DB) applyGroup(group []*commitReq, locs []journal.Location) error {
 	st := db.mem.lockActive()
+	db.mem.viewMu.Lock()
 	db.viewSeqsBuf = db.viewSeqs(db.viewSeqsBuf)
+	start := db.mem.seq.Load()
+	db.mem.viewMu.Unlock()
 	err := db.ix.View(func(tx *index.Tx) error {
-		start := db.mem.seq.Load()
 		m := &memApply{st: st, ix: tx, seq: start, start: start, views: db.viewSeqsBuf}
 		a := applier{t: m}
 		i := 0

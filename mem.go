@@ -69,7 +69,6 @@ type treeVer struct {
 	seq    uint64
 	exists bool
 	count  uint64
-	drop   bool // the tree was dropped at seq: its keys' older versions are gone
 	older  atomic.Pointer[treeVer]
 }
 
@@ -83,6 +82,10 @@ type memKey struct {
 // memTree is a tree's metadata in a table.
 type memTree struct {
 	vers atomic.Pointer[treeVer] // newest first
+	// drops are the seqs at which the tree was dropped, oldest first (never
+	// pruned: a drop hides its keys' older versions from every reader
+	// after it).
+	drops atomic.Pointer[[]uint64]
 }
 
 const memMaxHeight = 20
@@ -286,13 +289,23 @@ func (t *memTable) dropAt(tree string, s, lower uint64) uint64 {
 	if mt == nil {
 		return 0
 	}
-	for v := mt.vers.Load(); v != nil && v.seq > lower; v = v.older.Load() {
-		if v.seq <= s && v.drop {
-			return v.seq
+	ds := mt.drops.Load()
+	if ds == nil {
+		return 0
+	}
+	for i := len(*ds) - 1; i >= 0; i-- {
+		if d := (*ds)[i]; d <= s {
+			if d > lower {
+				return d
+			}
+			return 0
 		}
 	}
 	return 0
 }
+
+// lastDrop returns the seq of tree's newest drop in t, or 0.
+func (t *memTable) lastDrop(tree string) uint64 { return t.dropAt(tree, ^uint64(0), 0) }
 
 // empty reports whether t holds nothing.
 func (t *memTable) empty() bool { return t.head.next[0].Load() == nil && t.ntrees.Load() == 0 }
@@ -313,6 +326,12 @@ type mem struct {
 	// flushes counts the flushes whose index Update committed (see
 	// DB.view).
 	flushes atomic.Uint64
+	// viewMu orders Views' registration against the applier's pruning: a
+	// View reads its S and registers it holding it shared; the applier
+	// copies the registered seqs holding it exclusively, at the start of
+	// each group. So a View either is in the copy, or read S after it:
+	// then S is the seq published at the copy (memApply.start).
+	viewMu sync.RWMutex
 }
 
 // read returns a state and an S that go together: every version with
@@ -516,9 +535,8 @@ type memApply struct {
 
 // protected reports whether a View may read the mem tables at a seq in
 // [from, to): a version there may be wanted. The Views registered when the
-// group began are known; one that registers later read its S before, so S
-// <= start, and a version it wants (from <= S < to, to > start: written in
-// this group) has start in [from, to) too.
+// group began are known (views); one registering since read S = start
+// (mem.viewMu).
 func (m *memApply) protected(from, to uint64) bool {
 	if from <= m.start && m.start < to {
 		return true
@@ -613,10 +631,9 @@ func (m *memApply) treeNow(tree string) (exists bool, count uint64, err error) {
 	return true, t.Len(), nil
 }
 
-// setTree links a new version of tree's metadata in, unlinking the
-// previous one if no reader may want it (a drop is kept: it bounds what
-// older versions of the tree's keys are visible).
-func (m *memApply) setTree(tree string, tv *treeVer) {
+// setTree links a new version of tree's metadata in, unlinking the older
+// ones no reader may want; with drop, it records a drop at tv.seq.
+func (m *memApply) setTree(tree string, tv *treeVer, drop bool) {
 	a := m.st.active
 	mt := a.tree(tree)
 	if mt == nil {
@@ -624,11 +641,24 @@ func (m *memApply) setTree(tree string, tv *treeVer) {
 		a.trees.Store(tree, mt)
 		a.ntrees.Add(1)
 	}
-	prev := mt.vers.Load()
-	if prev != nil && !prev.drop && !m.protected(prev.seq, tv.seq) {
-		prev = prev.older.Load()
+	if drop {
+		var ds []uint64
+		if old := mt.drops.Load(); old != nil {
+			ds = append(ds, *old...)
+		}
+		ds = append(ds, tv.seq)
+		mt.drops.Store(&ds)
 	}
-	tv.older.Store(prev)
+	// Keep an older version only if a reader's S lies between it and the
+	// next newer version kept (prune).
+	link, newer := &tv.older, tv.seq
+	for u := mt.vers.Load(); u != nil; u = u.older.Load() {
+		if m.protected(u.seq, newer) {
+			link.Store(u)
+			link, newer = &u.older, u.seq
+		}
+	}
+	link.Store(nil)
 	mt.vers.Store(tv)
 }
 
@@ -647,7 +677,7 @@ func (m *memApply) put(tree, key, val []byte, existed bool) error {
 		if !exists {
 			count = 0
 		}
-		m.setTree(tn, &treeVer{seq: m.seq, exists: true, count: count + 1})
+		m.setTree(tn, &treeVer{seq: m.seq, exists: true, count: count + 1}, false)
 	}
 	m.insert(tn, string(key), &memVer{seq: m.seq, val: val, below: below})
 	return nil
@@ -667,7 +697,7 @@ func (m *memApply) del(tree, key []byte) error {
 	if count > 0 {
 		count--
 	}
-	m.setTree(tn, &treeVer{seq: m.seq, exists: true, count: count})
+	m.setTree(tn, &treeVer{seq: m.seq, exists: true, count: count}, false)
 	m.insert(tn, string(key), &memVer{seq: m.seq, below: below})
 	return nil
 }
@@ -697,7 +727,7 @@ func (m *memApply) drop(tree []byte, each func(val []byte)) error {
 		return c.err
 	}
 	m.seq++
-	m.setTree(tn, &treeVer{seq: m.seq, drop: true})
+	m.setTree(tn, &treeVer{seq: m.seq}, true)
 	return nil
 }
 
@@ -706,22 +736,30 @@ func (m *memApply) drop(tree []byte, each func(val []byte)) error {
 func (m *memApply) insert(tree, key string, v *memVer) {
 	a := m.st.active
 	n := a.insertKey(tree, key)
-	prev := n.vers.Load()
-	if prev != nil && !m.protected(prev.seq, v.seq) {
-		a.n.Add(-1)
-		a.bytes.Add(-memVerSize(prev.val))
-		// An older one still linked was wanted by a reader then; it goes
-		// when this key is written next with that reader gone.
-		prev = prev.older.Load()
+	// Keep an older version only if a reader's S lies between it and the
+	// next newer version kept: a reader reads the newest version at or
+	// below its S. Relinking is safe for readers walking the list: a
+	// version unlinked keeps its own link to the older ones.
+	link, newer := &v.older, v.seq
+	kept := false
+	for u := n.vers.Load(); u != nil; u = u.older.Load() {
+		if m.protected(u.seq, newer) {
+			link.Store(u)
+			link, newer = &u.older, u.seq
+			kept = true
+		} else {
+			a.n.Add(-1)
+			a.bytes.Add(-memVerSize(u.val))
+		}
 	}
-	if v.val == nil && !v.below && prev == nil {
+	link.Store(nil)
+	if v.val == nil && !v.below && !kept {
 		// A key deleted that has no value below and no older version:
 		// absent for every reader, with or without this version.
 		n.vers.Store(nil)
 		a.removeKey(n)
 		return
 	}
-	v.older.Store(prev)
 	n.vers.Store(v)
 	a.n.Add(1)
 	a.bytes.Add(memVerSize(v.val))

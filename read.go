@@ -45,16 +45,19 @@ func (db *DB) view(prefix string, fn func(s *Snapshot) error) error {
 		gen := db.mem.flushes.Load()
 		again := false
 		err := db.ix.View(func(tx *index.Tx) error {
+			// S registered keeps the versions it reads (memApply.protected).
+			db.mem.viewMu.RLock()
 			mv := db.mem.read()
 			if db.mem.flushes.Load() != gen {
+				db.mem.viewMu.RUnlock()
 				again = true
 				return nil
 			}
 			if testHookViewRead != nil {
 				testHookViewRead()
 			}
-			// S registered keeps the versions it reads (memApply.protected).
 			floor, err := db.beginView(mv.s)
+			db.mem.viewMu.RUnlock()
 			if err != nil {
 				return err
 			}
@@ -70,7 +73,7 @@ func (db *DB) view(prefix string, fn func(s *Snapshot) error) error {
 }
 
 // testHookViewRead, if set (by tests only), runs between a View's reading
-// its S and registering it: the window memApply.protected covers.
+// its S and registering it: the window mem.viewMu closes.
 var testHookViewRead func()
 
 // latestView runs fn on a snapshot of everything applied, for the

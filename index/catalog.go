@@ -35,9 +35,42 @@ func (tx *Tx) lookupTree(name []byte) (*Tree, error) {
 		}
 		return t, nil
 	}
+	// A View's catalog never changes: its entries are cached per snapshot
+	// version, for the Views of the same version after it (the engine
+	// opens trees in every View, and commits an Update only at a
+	// checkpoint).
+	var cache *catalogCache
+	if !tx.writable {
+		cache = tx.s.cat.Load()
+		if cache == nil || cache.version < tx.version {
+			cache = &catalogCache{version: tx.version, m: map[string]catalogEntry{}}
+			tx.s.cat.Store(cache)
+		} else if cache.version != tx.version {
+			cache = nil // an older View than the cache's: it looks up
+		}
+	}
+	if cache != nil {
+		cache.mu.RLock()
+		e, ok := cache.m[string(name)]
+		cache.mu.RUnlock()
+		if ok {
+			if e.absent {
+				return nil, nil
+			}
+			t := &Tree{tx: tx, name: bytes.Clone(name), root: e.root, count: e.count}
+			tx.addTree(t)
+			return t, nil
+		}
+	}
 	v, ok, err := tx.get(tx.catalog, name)
-	if err != nil || !ok {
+	if err != nil {
 		return nil, err
+	}
+	if !ok {
+		if cache != nil {
+			cache.put(name, catalogEntry{absent: true})
+		}
+		return nil, nil
 	}
 	if len(v) != catalogEntrySize {
 		return nil, fmt.Errorf("%w: catalog entry %q of %d bytes", ErrCorrupt, name, len(v))
@@ -47,8 +80,21 @@ func (tx *Tx) lookupTree(name []byte) (*Tree, error) {
 		return nil, fmt.Errorf("%w: catalog entry %q: root %s beyond page count", ErrCorrupt, name, root)
 	}
 	t := &Tree{tx: tx, name: bytes.Clone(name), root: root, count: binary.LittleEndian.Uint64(v[offCatalogCount:])}
+	if cache != nil {
+		cache.put(name, catalogEntry{root: root, count: t.count})
+	}
 	tx.addTree(t)
 	return t, nil
+}
+
+// put records an entry, up to a bound (a store of many trees reads the
+// rest from the catalog).
+func (c *catalogCache) put(name []byte, e catalogEntry) {
+	c.mu.Lock()
+	if len(c.m) < 4096 {
+		c.m[string(name)] = e
+	}
+	c.mu.Unlock()
 }
 
 // findTree returns the handle last opened or created for name in this Tx.

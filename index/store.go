@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kdb-project/kdb/pagefile"
 )
@@ -82,6 +83,25 @@ type Store struct {
 		cur     snapshot
 		readers map[uint64]int // snapshot version -> running Views
 	}
+
+	// cat caches the catalog entries Views looked up, for one snapshot
+	// version: see Tx.lookupTree.
+	cat atomic.Pointer[catalogCache]
+}
+
+// catalogCache holds the catalog entries of one snapshot version: a tree
+// name's root and key count, or absent. (Not keyed by the catalog's root
+// page: a page freed can come back as a later catalog's root.)
+type catalogCache struct {
+	version uint64
+	mu      sync.RWMutex
+	m       map[string]catalogEntry
+}
+
+type catalogEntry struct {
+	root   pagefile.PageID
+	count  uint64
+	absent bool
 }
 
 // Open opens the index stored in pf, whose metadata Root names the index
