@@ -66,20 +66,19 @@ type Options struct {
 	// CheckpointBytes starts a checkpoint once this much journal was
 	// written since the last one. Default: 64 MiB.
 	CheckpointBytes int64
-	// CheckpointDirtyPages starts a checkpoint once this many pages are
-	// dirty in memory. Writers wait while twice as many page images are
-	// held in memory for checkpoints (dirty pages, and the old images of
-	// the pages a running checkpoint is still writing), which with
-	// CommitGroupOps bounds their memory to about (2*CheckpointDirtyPages
-	// + the pages one group dirties) * PageSize. Default: 3072 (12 MiB of
-	// 4 KiB pages; writers wait at 24 MiB).
+	// CheckpointDirtyPages bounds the memory held for the next checkpoint:
+	// a checkpoint starts once the mem tables hold this many versions of
+	// keys (each may dirty a page when the checkpoint writes it into the
+	// index) or this many pages' worth of bytes, or this many pages are
+	// dirty; writers wait at twice that (docs/DESIGN.md, "The mem
+	// tables"). Default: 3072 (12 MiB of 4 KiB pages; writers wait at 24
+	// MiB).
 	CheckpointDirtyPages int
 	// CommitGroupOps bounds the operations a commit leader gathers into one
-	// group (one journal write and fsync, one index update); a batch with
-	// more operations is committed alone. An index update decodes and
-	// dirties up to about one page per operation (random keys), so this
-	// bounds the memory of one update and how far one group can go past
-	// the writers' wait at 2*CheckpointDirtyPages. Default: 1024.
+	// group (one journal write and fsync, one apply to the mem tables); a
+	// batch with more operations is committed alone. Each operation adds a
+	// version, so this bounds how far one group can go past the writers'
+	// wait at 2*CheckpointDirtyPages. Default: 1024.
 	CommitGroupOps int
 	// RecoveryTimeTarget, if set, makes checkpoints frequent enough that
 	// replaying the journal written since the last one takes about this
