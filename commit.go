@@ -16,8 +16,9 @@ import (
 // becomes the leader. It takes the batches waiting (its own first) as one
 // group, writes them as one journal batch, waits for the fdatasync that
 // makes them durable, hands the leader role to the next writer waiting (if
-// any), and then, without the role, applies its group to the index once the
-// groups written before it are applied, and answers its followers. So a
+// any), and then, without the role, applies its group to the mem tables
+// once the groups written before it are applied, and answers its
+// followers. So a
 // lone writer writes, syncs and applies in its own goroutine, with no
 // hand-off, and the next group is gathered, written and synced while the
 // previous one is applied and answered.

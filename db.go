@@ -21,18 +21,20 @@ import (
 // The write path (commit.go): a batch is encoded as journal records and
 // queued; the writer at the head of the queue leads: it writes the batches
 // waiting as one journal batch, waits for its fdatasync, hands the lead on,
-// applies them to the index in journal order in one index Update, and only
-// then answers the writers. Readers see a change only once
-// it is durable (NoSync transactions excepted: see Txn.NoSync).
+// applies them in journal order to the mem tables (mem.go), and only then
+// answers the writers. Readers see a change only once it is durable
+// (NoSync transactions excepted: see Txn.NoSync). A checkpoint writes the
+// mem tables into the index pages.
 //
 // Lock order and concurrency rules: see the package documentation
 // (doc.go).
 //
 // Invariants:
 //   - applied is the location of the last journal record applied to the
-//     index. It is written only by a commit leader inside an index Update and
-//     read by checkpoints under the index's writer lock, so a checkpoint's
-//     replay position always matches its pages exactly.
+//     mem tables. It is written only by a commit leader holding the active
+//     mem table's mu, and read by a checkpoint's flush under the same
+//     lock, so a checkpoint's replay position always matches its pages
+//     exactly.
 //   - Once mu.err is set, every write returns it; the handle is failed.
 //
 // A DB is safe for concurrent use.
