@@ -1,0 +1,26 @@
+module github.com/kdb-project/kdb/integrations/raft
+
+go 1.26.0
+
+require (
+	github.com/hashicorp/raft v1.8.0
+	github.com/kdb-project/kdb v0.0.0-00010101000000-000000000000
+)
+
+require (
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/fatih/color v1.13.0 // indirect
+	github.com/google/btree v1.1.3 // indirect
+	github.com/hashicorp/go-hclog v1.6.3 // indirect
+	github.com/hashicorp/go-immutable-radix v1.3.1 // indirect
+	github.com/hashicorp/go-metrics v0.7.0 // indirect
+	github.com/hashicorp/go-msgpack/v2 v2.1.5 // indirect
+	github.com/hashicorp/golang-lru v1.0.2 // indirect
+	github.com/mattn/go-colorable v0.1.12 // indirect
+	github.com/mattn/go-isatty v0.0.14 // indirect
+	golang.org/x/sys v0.50.0 // indirect
+)
+
+replace github.com/kdb-project/kdb => ../..
+
+replace github.com/hashicorp/go-metrics => github.com/hashicorp/go-metrics v0.6.1
