@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/hashicorp/raft"
-	raftbench "github.com/hashicorp/raft/bench"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
+	raftbench "github.com/hashicorp/raft/bench"
 )
 
 // benchStore is a LogStore and StableStore under test, fresh for each
