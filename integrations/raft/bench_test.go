@@ -1,8 +1,13 @@
 package raftkdb
 
 import (
+	"fmt"
 	"io"
+	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -146,4 +151,109 @@ func BenchmarkStores(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestStoreBenchTable runs the same helpers through testing.Benchmark in
+// interleaved rounds (each round: every helper for kdb, raft-boltdb and
+// raft-wal, one after the other) and prints a markdown table of ns/op
+// (median and range over the rounds) and of the per-round ratios, the
+// table of the README:
+//
+//	KDB_RAFT_BENCH=1 go test -run StoreBenchTable -v -timeout 30m .
+//
+// KDB_RAFT_BENCH_ROUNDS sets the rounds (default 5).
+func TestStoreBenchTable(t *testing.T) {
+	if os.Getenv("KDB_RAFT_BENCH") == "" {
+		t.Skip("benchmark: set KDB_RAFT_BENCH=1")
+	}
+	rounds := 5
+	if r, err := strconv.Atoi(os.Getenv("KDB_RAFT_BENCH_ROUNDS")); err == nil && r > 0 {
+		rounds = r
+	}
+	type helper struct {
+		name string
+		run  func(*testing.B, benchStore)
+	}
+	helpers := []helper{
+		{"FirstIndex", func(b *testing.B, s benchStore) { raftbench.FirstIndex(b, s) }},
+		{"LastIndex", func(b *testing.B, s benchStore) { raftbench.LastIndex(b, s) }},
+		{"GetLog", func(b *testing.B, s benchStore) { raftbench.GetLog(b, s) }},
+		{"StoreLog", func(b *testing.B, s benchStore) { raftbench.StoreLog(b, s) }},
+		{"StoreLogs", func(b *testing.B, s benchStore) { raftbench.StoreLogs(b, s) }},
+		{"DeleteRange", func(b *testing.B, s benchStore) { raftbench.DeleteRange(b, s) }},
+		{"Set", func(b *testing.B, s benchStore) { raftbench.Set(b, s) }},
+		{"Get", func(b *testing.B, s benchStore) { raftbench.Get(b, s) }},
+		{"SetUint64", func(b *testing.B, s benchStore) { raftbench.SetUint64(b, s) }},
+		{"GetUint64", func(b *testing.B, s benchStore) { raftbench.GetUint64(b, s) }},
+	}
+	// ns[helper][store] over the rounds
+	ns := map[string]map[string][]float64{}
+	for r := range rounds {
+		for _, h := range helpers {
+			if ns[h.name] == nil {
+				ns[h.name] = map[string][]float64{}
+			}
+			for _, st := range benchStores {
+				if h.name == "DeleteRange" && st.name == "wal" {
+					continue
+				}
+				res := testing.Benchmark(func(b *testing.B) {
+					dir, err := os.MkdirTemp("", "raftbench")
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer os.RemoveAll(dir)
+					s := st.open(b, dir)
+					defer s.Close()
+					h.run(b, s)
+				})
+				if res.N == 0 {
+					t.Fatalf("%s/%s failed", h.name, st.name)
+				}
+				ns[h.name][st.name] = append(ns[h.name][st.name], float64(res.T.Nanoseconds())/float64(res.N))
+			}
+		}
+		t.Logf("round %d of %d done", r+1, rounds)
+	}
+	med := func(v []float64) float64 {
+		c := slices.Clone(v)
+		slices.Sort(c)
+		return c[len(c)/2]
+	}
+	rng := func(v []float64) string {
+		return fmt.Sprintf("%s (%s–%s)", fmtNs(med(v)), fmtNs(slices.Min(v)), fmtNs(slices.Max(v)))
+	}
+	ratio := func(a, b []float64) string { // per round a/b: median (min–max)
+		if len(a) == 0 || len(b) == 0 {
+			return "n/a"
+		}
+		var q []float64
+		for i := range a {
+			q = append(q, a[i]/b[i])
+		}
+		return fmt.Sprintf("%.2f (%.2f–%.2f)", med(q), slices.Min(q), slices.Max(q))
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "%d interleaved rounds; ns/op median (min–max); ratios per round, median (min–max)\n\n", rounds)
+	out.WriteString("| helper | kdb | raft-boltdb | raft-wal | boltdb ÷ kdb (≥ 2 is 2× faster) | kdb ÷ wal (≤ 1.2 is within 1.2×) |\n|---|---|---|---|---|---|\n")
+	for _, h := range helpers {
+		m := ns[h.name]
+		walCol := "n/a (refuses gaps)"
+		if len(m["wal"]) > 0 {
+			walCol = rng(m["wal"])
+		}
+		fmt.Fprintf(&out, "| %s | %s | %s | %s | %s | %s |\n", h.name, rng(m["kdb"]), rng(m["boltdb"]), walCol,
+			ratio(m["boltdb"], m["kdb"]), ratio(m["kdb"], m["wal"]))
+	}
+	fmt.Println(out.String())
+}
+
+func fmtNs(v float64) string {
+	switch {
+	case v >= 1e6:
+		return fmt.Sprintf("%.2f ms", v/1e6)
+	case v >= 1e3:
+		return fmt.Sprintf("%.1f µs", v/1e3)
+	}
+	return fmt.Sprintf("%.0f ns", v)
 }
