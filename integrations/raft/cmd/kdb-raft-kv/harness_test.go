@@ -181,7 +181,8 @@ func (c *cluster) logTail(i int) string {
 	return string(b)
 }
 
-var httpc = &http.Client{Timeout: 3 * time.Second}
+var httpc = &http.Client{Timeout: 3 * time.Second,
+	Transport: &http.Transport{MaxIdleConnsPerHost: 64, MaxConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
 
 func (c *cluster) status(i int) (Status, error) {
 	var s Status

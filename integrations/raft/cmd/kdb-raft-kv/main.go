@@ -216,7 +216,8 @@ func (n *node) run(cfg nodeConfig) error {
 	return nil
 }
 
-var forwardClient = &http.Client{Timeout: 10 * time.Second}
+var forwardClient = &http.Client{Timeout: 10 * time.Second,
+	Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
 
 func (n *node) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	switch {
@@ -288,18 +289,17 @@ func (n *node) put(w http.ResponseWriter, req *http.Request, key, value []byte) 
 
 // Status is what GET /status answers.
 type Status struct {
-	ID           string  `json:"id"`
-	State        string  `json:"state"`
-	Leader       string  `json:"leader"`
-	Term         uint64  `json:"term"`
-	CommitIndex  uint64  `json:"commit_index"`
-	LastIndex    uint64  `json:"last_index"`
-	Applied      uint64  `json:"applied"`
-	SnapshotIdx  uint64  `json:"last_snapshot_index"`
-	Restores     uint64  `json:"restores"`
-	OpenSeconds  float64 `json:"open_seconds"`
-	JournalBytes int64   `json:"journal_segments_bytes"`
-	PID          int     `json:"pid"`
+	ID          string  `json:"id"`
+	State       string  `json:"state"`
+	Leader      string  `json:"leader"`
+	Term        uint64  `json:"term"`
+	CommitIndex uint64  `json:"commit_index"`
+	LastIndex   uint64  `json:"last_index"`
+	Applied     uint64  `json:"applied"`
+	SnapshotIdx uint64  `json:"last_snapshot_index"`
+	Restores    uint64  `json:"restores"`
+	OpenSeconds float64 `json:"open_seconds"`
+	PID         int     `json:"pid"`
 }
 
 func (n *node) status(w http.ResponseWriter) {
