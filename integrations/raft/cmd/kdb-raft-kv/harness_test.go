@@ -126,6 +126,8 @@ func (c *cluster) start(i int) {
 	args := append([]string{"-id", c.peers[i].id, "-dir", c.nodeDir(i), "-peers", c.peersFlag()}, c.args...)
 	cmd := exec.Command(c.bin, args...)
 	cmd.Stdout, cmd.Stderr = lf, lf
+	// A node dies with the test process, whatever ends it.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		c.t.Fatal(err)
 	}
