@@ -178,5 +178,7 @@ func plotBench(path string, stores []string, clients []int, rate, rejoin map[str
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.NominalX(names...)
+	p.X.Min, p.X.Max = -0.7, float64(len(clients))-0.3
+	p.Y.Max *= 1.25 // room for the legend above the bars
 	return p.Save(6*vg.Inch, 4*vg.Inch, path)
 }
