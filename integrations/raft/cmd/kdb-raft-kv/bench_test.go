@@ -82,7 +82,7 @@ func TestClusterBench(t *testing.T) {
 	if path == "" {
 		path = "../../cluster-bench.png"
 	}
-	if err := plotBench(path, stores, clients, rate, rejoinT, med); err != nil {
+	if err := plotBench(path, stores, clients, rate, med); err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("plot written to %s", path)
@@ -150,7 +150,7 @@ func rejoinTime(t *testing.T, store string) (open, rejoin time.Duration) {
 	return r.open, r.catchup
 }
 
-func plotBench(path string, stores []string, clients []int, rate, rejoin map[string][]float64, med func([]float64) float64) error {
+func plotBench(path string, stores []string, clients []int, rate map[string][]float64, med func([]float64) float64) error {
 	p := plot.New()
 	p.Title.Text = "kdb-raft-kv, 3 nodes on loopback (median of rounds)"
 	p.Y.Label.Text = "acknowledged entries/s"
@@ -173,12 +173,12 @@ func plotBench(path string, stores []string, clients []int, rate, rejoin map[str
 		bars.LineStyle.Width = 0
 		bars.Offset = w * vg.Length(2*i-1) / 2
 		p.Add(bars)
-		p.Legend.Add(fmt.Sprintf("%s (rejoin %.0f ms)", st, 1e3*med(rejoin[st])), bars)
+		p.Legend.Add(st, bars)
 	}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	p.NominalX(names...)
-	p.X.Min, p.X.Max = -0.7, float64(len(clients))-0.3
+	p.X.Min, p.X.Max = -0.5, float64(len(clients))-0.5
 	p.Y.Max *= 1.25 // room for the legend above the bars
 	return p.Save(6*vg.Inch, 4*vg.Inch, path)
 }
