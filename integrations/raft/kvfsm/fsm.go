@@ -1,0 +1,378 @@
+// Package kvfsm is the state machine of the example replicated key-value
+// service (cmd/kdb-raft-kv): a raft.BatchingFSM whose data lives in a kdb
+// store, in namespace "kv", beside the raft log that raftkdb keeps in the
+// same store.
+//
+// Trees in namespace "kv":
+//
+//	meta    "applied": the index of the last raft entry applied (8 bytes
+//	        big-endian), written in the same transaction as the entry's
+//	        effect; "gen": the generation of the data tree.
+//	d<gen>  the data: key -> value, as the clients put them.
+//
+// Because the applied index commits atomically with the data, the FSM's
+// state is always exactly the state after entry "applied": Apply skips the
+// entries at or below it, so raft can replay its log after a restart (the
+// node runs with Config.NoSnapshotRestoreOnStart) without re-applying
+// anything. Applies are committed without an fsync of their own (Txn.NoSync):
+// the raft log is the durable record, and a crash that loses the last
+// applies loses them whole, with their applied index, so the replay redoes
+// exactly them. Snapshot first makes every apply durable (one synced write),
+// so that no snapshot raft records is ahead of the FSM on disk.
+//
+// The snapshot is kdb's portable export of the whole store (kdb.DB.Export):
+// consistent, taken while applies go on, so it may be a little ahead of the
+// index raft names it by; the applied index inside it says exactly where it
+// is, and entries up to there are skipped after a Restore. Restore imports
+// the snapshot into a scratch store beside the live one (kdb.Import), copies
+// its data into a new generation of the data tree and switches "gen" and
+// "applied" in one synced write, then drops the old generation: a crash
+// part-way leaves the old state, and Open drops a half-copied generation.
+package kvfsm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/hashicorp/raft"
+	"github.com/kdb-project/kdb"
+)
+
+// Namespace is the kdb namespace of the FSM's trees.
+const Namespace = "kv"
+
+const (
+	metaIndex = "meta"
+	opPut     = 1
+	opDelete  = 2
+)
+
+var (
+	keyApplied = []byte("applied")
+	keyGen     = []byte("gen")
+	keySync    = []byte("sync")
+)
+
+// ErrBadCommand is the response to an entry that is not a command.
+var ErrBadCommand = errors.New("kvfsm: bad command")
+
+// EncodePut returns the command that sets key to value.
+func EncodePut(key, value []byte) []byte {
+	b := binary.AppendUvarint([]byte{opPut}, uint64(len(key)))
+	return append(append(b, key...), value...)
+}
+
+// EncodeDelete returns the command that removes key.
+func EncodeDelete(key []byte) []byte {
+	b := binary.AppendUvarint([]byte{opDelete}, uint64(len(key)))
+	return append(b, key...)
+}
+
+func decode(cmd []byte) (op byte, key, value []byte, err error) {
+	if len(cmd) < 2 {
+		return 0, nil, nil, fmt.Errorf("%w: %d bytes", ErrBadCommand, len(cmd))
+	}
+	op = cmd[0]
+	n, k := binary.Uvarint(cmd[1:])
+	if k <= 0 || n == 0 || n > uint64(len(cmd)-1-k) || n > kdb.MaxKeySize {
+		return 0, nil, nil, fmt.Errorf("%w: bad key length", ErrBadCommand)
+	}
+	key, value = cmd[1+k:1+k+int(n)], cmd[1+k+int(n):]
+	switch {
+	case op == opPut && len(value) == 0:
+		return 0, nil, nil, fmt.Errorf("%w: empty value", ErrBadCommand)
+	case op == opDelete && len(value) != 0:
+		return 0, nil, nil, fmt.Errorf("%w: delete with a value", ErrBadCommand)
+	case op != opPut && op != opDelete:
+		return 0, nil, nil, fmt.Errorf("%w: op %d", ErrBadCommand, op)
+	}
+	return op, key, value, nil
+}
+
+// FSM is the key-value state machine. Reads (Get, Applied) are safe
+// concurrently with raft's calls.
+type FSM struct {
+	db *kdb.DB
+	ns *kdb.Namespace
+
+	mu      sync.RWMutex // Restore's switch of generation against reads
+	gen     uint64
+	applied atomic.Uint64
+
+	restores atomic.Uint64
+}
+
+var _ raft.BatchingFSM = (*FSM)(nil)
+
+func dataIndex(gen uint64) string { return "d" + strconv.FormatUint(gen, 10) }
+
+// Open returns the FSM kept in db, dropping a data generation a crashed
+// Restore left half-copied.
+func Open(db *kdb.DB) (*FSM, error) {
+	ns, err := db.Namespace(Namespace)
+	if err != nil {
+		return nil, err
+	}
+	f := &FSM{db: db, ns: ns}
+	applied, gen, err := readMeta(ns)
+	if err != nil {
+		return nil, err
+	}
+	f.gen = gen
+	f.applied.Store(applied)
+	var stray []string
+	err = ns.View(func(s *kdb.Snapshot) error {
+		names, err := s.Indexes()
+		if err != nil {
+			return err
+		}
+		for _, n := range names {
+			if strings.HasPrefix(n, "d") && n != dataIndex(gen) {
+				stray = append(stray, n)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(stray) > 0 {
+		b := ns.NewBatch()
+		for _, n := range stray {
+			b.DropIndex(n)
+		}
+		if err := db.Write(b); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+func readMeta(ns *kdb.Namespace) (applied, gen uint64, err error) {
+	err = ns.View(func(s *kdb.Snapshot) error {
+		var err error
+		if applied, err = getU64(s, keyApplied); err != nil {
+			return err
+		}
+		gen, err = getU64(s, keyGen)
+		return err
+	})
+	return applied, gen, err
+}
+
+func getU64(s *kdb.Snapshot, key []byte) (uint64, error) {
+	v, err := s.Get(metaIndex, key)
+	if errors.Is(err, kdb.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: kvfsm meta %q holds %d bytes", kdb.ErrCorrupt, key, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// Applied returns the index of the last entry applied.
+func (f *FSM) Applied() uint64 { return f.applied.Load() }
+
+// Restores returns how many snapshots this FSM restored since Open.
+func (f *FSM) Restores() uint64 { return f.restores.Load() }
+
+// Get returns the value of key, or kdb.ErrNotFound.
+func (f *FSM) Get(key []byte) ([]byte, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.ns.Get(dataIndex(f.gen), key)
+}
+
+// Apply applies one entry.
+func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+
+// ApplyBatch applies the entries in one transaction with the new applied
+// index. The response of each command is nil or its error.
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
+	resp := make([]any, len(logs))
+	applied := f.applied.Load()
+	last := applied
+	f.mu.RLock()
+	data := dataIndex(f.gen)
+	f.mu.RUnlock()
+	c, err := f.ns.Submit(func(tx *kdb.Txn) error {
+		for i, l := range logs {
+			if l.Index <= applied {
+				continue // applied before a restart or inside a restored snapshot
+			}
+			last = max(last, l.Index)
+			if l.Type != raft.LogCommand {
+				continue
+			}
+			op, key, value, err := decode(l.Data)
+			if err != nil {
+				resp[i] = err
+				continue
+			}
+			if op == opPut {
+				err = tx.Put(data, key, value)
+			} else {
+				err = tx.Delete(data, key)
+			}
+			if err != nil {
+				resp[i] = err
+			}
+		}
+		if last == applied {
+			return nil
+		}
+		tx.NoSync()
+		return tx.Put(metaIndex, keyApplied, u64(last))
+	})
+	if err == nil {
+		err = c.Wait()
+	}
+	if err != nil {
+		// The store failed: nothing more can be applied. raft has no way to
+		// be told; panicking stops the node, whose restart replays the log.
+		panic(fmt.Sprintf("kvfsm: apply of entries %d..%d: %v", logs[0].Index, logs[len(logs)-1].Index, err))
+	}
+	f.applied.Store(last)
+	return resp
+}
+
+// Snapshot makes every apply durable and returns a snapshot that exports
+// the store when raft persists it.
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
+	b := f.ns.NewBatch()
+	b.Put(metaIndex, keySync, u64(f.applied.Load()))
+	if err := f.db.Write(b); err != nil { // synced: every earlier NoSync apply is durable with it
+		return nil, err
+	}
+	return snapshot{f.db}, nil
+}
+
+type snapshot struct{ db *kdb.DB }
+
+func (s snapshot) Persist(sink raft.SnapshotSink) error {
+	if _, err := s.db.Export(sink); err != nil {
+		sink.Cancel()
+		return err
+	}
+	return sink.Close()
+}
+
+func (snapshot) Release() {}
+
+// Restore replaces the FSM's state with the snapshot's.
+func (f *FSM) Restore(rc io.ReadCloser) error {
+	defer rc.Close()
+	scratch := filepath.Join(filepath.Dir(f.db.Dir()), filepath.Base(f.db.Dir())+".restore")
+	if err := os.RemoveAll(scratch); err != nil {
+		return err
+	}
+	defer os.RemoveAll(scratch)
+	if _, err := kdb.Import(scratch, rc, nil); err != nil {
+		return fmt.Errorf("kvfsm: import of the snapshot: %w", err)
+	}
+	src, err := kdb.Open(scratch, &kdb.Options{ReadOnly: true})
+	if err != nil {
+		return err
+	}
+	defer src.Close()
+	sns, err := src.Namespace(Namespace)
+	if err != nil {
+		return err
+	}
+	applied, srcGen, err := readMeta(sns)
+	if err != nil {
+		return err
+	}
+	f.mu.RLock()
+	old := f.gen
+	f.mu.RUnlock()
+	gen := old + 1
+	dst := dataIndex(gen)
+	limit := f.db.MaxBatchSize() / 2
+	b := f.ns.NewBatch()
+	b.DropIndex(dst) // a leftover of a Restore that crashed
+	size := 0
+	err = sns.View(func(s *kdb.Snapshot) error {
+		it := s.Iter(dataIndex(srcGen))
+		for ok := it.First(); ok; ok = it.Next() {
+			n := len(it.Key()) + len(it.Value()) + 32
+			if size+n > limit && b.Len() > 0 {
+				if err := f.db.Write(b); err != nil {
+					return err
+				}
+				b, size = f.ns.NewBatch(), 0
+			}
+			b.Put(dst, it.Key(), it.Value())
+			size += n
+		}
+		return it.Err()
+	})
+	if err != nil {
+		return err
+	}
+	if b.Len() > 0 {
+		if err := f.db.Write(b); err != nil {
+			return err
+		}
+	}
+	// The switch: one atomic, synced write.
+	b = f.ns.NewBatch()
+	b.Put(metaIndex, keyGen, u64(gen))
+	b.Put(metaIndex, keyApplied, u64(applied))
+	b.DropIndex(dataIndex(old))
+	f.mu.Lock()
+	err = f.db.Write(b)
+	if err == nil {
+		f.gen = gen
+		f.applied.Store(applied)
+	}
+	f.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	f.restores.Add(1)
+	return nil
+}
+
+// All calls fn for every key and value, in key order, from one consistent
+// View of db (open or reopened after the node stopped). It returns the
+// applied index of that state.
+func All(db *kdb.DB, fn func(key, value []byte) error) (applied uint64, err error) {
+	ns, err := db.Namespace(Namespace)
+	if err != nil {
+		return 0, err
+	}
+	err = ns.View(func(s *kdb.Snapshot) error {
+		a, err := getU64(s, keyApplied)
+		if err != nil {
+			return err
+		}
+		gen, err := getU64(s, keyGen)
+		if err != nil {
+			return err
+		}
+		applied = a
+		it := s.Iter(dataIndex(gen))
+		for k, v := range it.All() {
+			if err := fn(k, v); err != nil {
+				return err
+			}
+		}
+		return it.Err()
+	})
+	return applied, err
+}

@@ -1,0 +1,385 @@
+package raftkdb
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/raft"
+	"github.com/kdb-project/kdb"
+)
+
+// ErrKeyNotFound is returned by Get and GetUint64 for a key never set. Its
+// text is "not found": hashicorp/raft recognises a missing stable key by
+// that text (as it does for raft-boltdb's error of the same name).
+var ErrKeyNotFound = errors.New("not found")
+
+// Default names.
+const (
+	DefaultNamespace = "raft"
+	logIndex         = "log"
+	stableIndex      = "stable"
+)
+
+// stableVersion prefixes every stable key and value (see doc.go, FORMAT):
+// it makes the empty key and the empty value storable.
+const stableVersion = 1
+
+// MaxStableKeySize bounds a StableStore key.
+const MaxStableKeySize = kdb.MaxKeySize - 1
+
+// Store is a raft.LogStore and raft.StableStore on one kdb store. It is safe
+// for concurrent use.
+type Store struct {
+	db    *kdb.DB
+	ns    *kdb.Namespace
+	owned bool
+
+	// mu serialises the log's writers (StoreLogs, DeleteRange) and guards
+	// the cached bounds, which always match the durable log: they change
+	// only after a write is acknowledged.
+	mu          sync.RWMutex
+	empty       bool
+	first, last uint64
+}
+
+var (
+	_ raft.LogStore    = (*Store)(nil)
+	_ raft.StableStore = (*Store)(nil)
+)
+
+// Open opens (or creates) the kdb store in dir and returns a Store on it in
+// DefaultNamespace. Close closes the kdb store. opts may be nil (kdb's
+// defaults: SyncAlways, so every acknowledged write is on disk).
+func Open(dir string, opts *kdb.Options) (*Store, error) {
+	db, err := kdb.Open(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	s, err := New(db, DefaultNamespace)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.owned = true
+	return s, nil
+}
+
+// New returns a Store in namespace ns of an open kdb store, which the caller
+// keeps using for its own data (an FSM's, say) and closes itself. One Store
+// at a time per namespace.
+func New(db *kdb.DB, ns string) (*Store, error) {
+	n, err := db.Namespace(ns)
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{db: db, ns: n}
+	if err := s.loadBounds(); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// DB returns the kdb store.
+func (s *Store) DB() *kdb.DB { return s.db }
+
+// Close closes the kdb store if Open opened it; a Store made by New leaves
+// it open.
+func (s *Store) Close() error {
+	if s.owned {
+		return s.db.Close()
+	}
+	return nil
+}
+
+func logKey(i uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), i) }
+
+// loadBounds reads the first and last index from the tree.
+func (s *Store) loadBounds() error {
+	return s.ns.View(func(sn *kdb.Snapshot) error {
+		it := sn.Iter(logIndex)
+		if !it.First() {
+			s.empty, s.first, s.last = true, 0, 0
+			return it.Err()
+		}
+		first, err := keyIndex(it.Key())
+		if err != nil {
+			return err
+		}
+		if !it.Last() {
+			if it.Err() != nil {
+				return it.Err()
+			}
+			return fmt.Errorf("%w: log tree has a first key and no last", ErrCorrupt)
+		}
+		last, err := keyIndex(it.Key())
+		if err != nil {
+			return err
+		}
+		s.empty, s.first, s.last = false, first, last
+		return nil
+	})
+}
+
+func keyIndex(k []byte) (uint64, error) {
+	if len(k) != 8 {
+		return 0, fmt.Errorf("%w: log key of %d bytes, not 8", ErrCorrupt, len(k))
+	}
+	return binary.BigEndian.Uint64(k), nil
+}
+
+// FirstIndex returns the first index written, 0 for none.
+func (s *Store) FirstIndex() (uint64, error) {
+	if err := s.db.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.first, nil
+}
+
+// LastIndex returns the last index written, 0 for none.
+func (s *Store) LastIndex() (uint64, error) {
+	if err := s.db.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.last, nil
+}
+
+// GetLog reads the entry at index into log; raft.ErrLogNotFound if absent.
+func (s *Store) GetLog(index uint64, log *raft.Log) error {
+	v, err := s.ns.Get(logIndex, logKey(index))
+	if errors.Is(err, kdb.ErrNotFound) {
+		return raft.ErrLogNotFound
+	}
+	if err != nil {
+		return err
+	}
+	return decodeLog(v, index, log)
+}
+
+// StoreLog stores one entry.
+func (s *Store) StoreLog(log *raft.Log) error {
+	return s.StoreLogs([]*raft.Log{log})
+}
+
+// StoreLogs stores the entries atomically when they fit in one kdb batch
+// (half of db.MaxBatchSize), else in transactions committed in order
+// (Submit), so that a crash leaves a prefix of them. On return they are
+// durable under the store's sync mode (SyncAlways: on disk).
+func (s *Store) StoreLogs(logs []*raft.Log) error {
+	if len(logs) == 0 {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	limit := s.db.MaxBatchSize() / 2
+	type kv struct{ k, v []byte }
+	var chunks [][]kv
+	var cur []kv
+	size := 0
+	lo, hi := logs[0].Index, logs[0].Index
+	for _, l := range logs {
+		n := encodedSize(l)
+		if n > kdb.MaxValueSize {
+			return fmt.Errorf("raftkdb: log entry %d encodes to %d bytes, over kdb's MaxValueSize %d: %w",
+				l.Index, n, kdb.MaxValueSize, kdb.ErrInvalid)
+		}
+		if len(cur) > 0 && size+n+32 > limit {
+			chunks, cur, size = append(chunks, cur), nil, 0
+		}
+		cur = append(cur, kv{logKey(l.Index), appendLog(make([]byte, 0, n), l)})
+		size += n + 32
+		lo, hi = min(lo, l.Index), max(hi, l.Index)
+	}
+	chunks = append(chunks, cur)
+	if len(chunks) == 1 {
+		// The common case: one atomic batch.
+		b := s.ns.NewBatch()
+		for _, e := range cur {
+			b.Put(logIndex, e.k, e.v)
+		}
+		if err := s.db.Write(b); err != nil {
+			return err
+		}
+	} else {
+		var commits []*kdb.Commit
+		var first error
+		for _, ch := range chunks {
+			c, err := s.ns.Submit(func(tx *kdb.Txn) error {
+				for _, e := range ch {
+					if err := tx.Put(logIndex, e.k, e.v); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				first = err
+				break
+			}
+			commits = append(commits, c)
+		}
+		for _, c := range commits {
+			if err := c.Wait(); err != nil && first == nil {
+				first = err
+			}
+		}
+		if first != nil {
+			// A prefix may be stored: reread the bounds.
+			if err := s.loadBounds(); err != nil {
+				return errors.Join(first, err)
+			}
+			return first
+		}
+	}
+	if s.empty {
+		s.empty, s.first, s.last = false, lo, hi
+	} else {
+		s.first, s.last = min(s.first, lo), max(s.last, hi)
+	}
+	return nil
+}
+
+// DeleteRange removes the entries from min to max inclusive. Removing the
+// whole log is one atomic drop of its tree; otherwise the keys in the range
+// are deleted in batches of at most db.MaxBatchSize, ordered so that a crash
+// part-way leaves the log contiguous: from the top down when the range
+// reaches the last entry (a follower truncating a conflicting suffix), from
+// the bottom up otherwise (compaction after a snapshot).
+func (s *Store) DeleteRange(min, max uint64) error {
+	if min > max {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.empty || max < s.first || min > s.last {
+		return nil
+	}
+	if min <= s.first && max >= s.last {
+		b := s.ns.NewBatch()
+		b.DropIndex(logIndex)
+		if err := s.db.Write(b); err != nil {
+			return err
+		}
+		s.empty, s.first, s.last = true, 0, 0
+		return s.compact()
+	}
+	var keys [][]byte
+	err := s.ns.View(func(sn *kdb.Snapshot) error {
+		it := sn.Iter(logIndex)
+		for ok := it.Seek(logKey(min)); ok; ok = it.Next() {
+			i, err := keyIndex(it.Key())
+			if err != nil {
+				return err
+			}
+			if i > max {
+				break
+			}
+			keys = append(keys, logKey(i))
+		}
+		return it.Err()
+	})
+	if err != nil {
+		return err
+	}
+	if max >= s.last {
+		for i, j := 0, len(keys)-1; i < j; i, j = i+1, j-1 {
+			keys[i], keys[j] = keys[j], keys[i]
+		}
+	}
+	per := s.db.MaxBatchSize() / (2 * (len(logIndex) + 8 + 32))
+	for len(keys) > 0 {
+		n := minInt(per, len(keys))
+		b := s.ns.NewBatch()
+		for _, k := range keys[:n] {
+			b.Delete(logIndex, k)
+		}
+		if err := s.db.Write(b); err != nil {
+			if lerr := s.loadBounds(); lerr != nil {
+				return errors.Join(err, lerr)
+			}
+			return err
+		}
+		keys = keys[n:]
+	}
+	if err := s.loadBounds(); err != nil {
+		return err
+	}
+	return s.compact()
+}
+
+// compact runs a kdb journal compaction pass after a DeleteRange when
+// segments before the last checkpoint are kept (pinned) for live values:
+// the pass kdb runs by itself after a checkpoint runs once per replay
+// segment, so deletes that fit in the segment of the last checkpoint would
+// otherwise leave the dead entries' segments on disk until a checkpoint
+// enters a new segment (see TestEngine_CompactionSkippedAfterDeletes). The
+// pass only reads refcounts when nothing is due; the next checkpoint
+// removes the segments it emptied.
+func (s *Store) compact() error {
+	if s.db.Stats().PinnedBytes == 0 {
+		return nil
+	}
+	if _, err := s.db.Compact(); err != nil {
+		return fmt.Errorf("raftkdb: journal compaction after DeleteRange (the entries are deleted): %w", err)
+	}
+	return nil
+}
+
+func minInt(a, b int) int {
+	if a < b {
+		return a
+	}
+	return b
+}
+
+func stableKey(k []byte) []byte { return append([]byte{stableVersion}, k...) }
+
+// Set stores a stable key; durable on return under the sync mode.
+func (s *Store) Set(key, val []byte) error {
+	if len(key) > MaxStableKeySize {
+		return fmt.Errorf("raftkdb: stable key of %d bytes, over %d: %w", len(key), MaxStableKeySize, kdb.ErrInvalid)
+	}
+	b := s.ns.NewBatch()
+	b.Put(stableIndex, stableKey(key), append([]byte{stableVersion}, val...))
+	return s.db.Write(b)
+}
+
+// Get returns the value of a stable key, or ErrKeyNotFound.
+func (s *Store) Get(key []byte) ([]byte, error) {
+	if len(key) > MaxStableKeySize {
+		return nil, ErrKeyNotFound
+	}
+	v, err := s.ns.Get(stableIndex, stableKey(key))
+	if errors.Is(err, kdb.ErrNotFound) {
+		return nil, ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(v) == 0 || v[0] != stableVersion {
+		return nil, fmt.Errorf("%w: stable key %q: value of %d bytes without version byte %d", ErrCorrupt, key, len(v), stableVersion)
+	}
+	return v[1:], nil
+}
+
+// SetUint64 stores val as 8 big-endian bytes.
+func (s *Store) SetUint64(key []byte, val uint64) error {
+	return s.Set(key, binary.BigEndian.AppendUint64(nil, val))
+}
+
+// GetUint64 reads a value SetUint64 stored, or ErrKeyNotFound.
+func (s *Store) GetUint64(key []byte) (uint64, error) {
+	v, err := s.Get(key)
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: stable key %q holds %d bytes, not a uint64", ErrCorrupt, key, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
