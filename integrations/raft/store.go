@@ -266,7 +266,7 @@ func (s *Store) DeleteRange(min, max uint64) error {
 			return err
 		}
 		s.empty, s.first, s.last = true, 0, 0
-		return s.compact()
+		return nil
 	}
 	var keys [][]byte
 	err := s.ns.View(func(sn *kdb.Snapshot) error {
@@ -306,28 +306,7 @@ func (s *Store) DeleteRange(min, max uint64) error {
 		}
 		keys = keys[n:]
 	}
-	if err := s.loadBounds(); err != nil {
-		return err
-	}
-	return s.compact()
-}
-
-// compact runs a kdb journal compaction pass after a DeleteRange when
-// segments before the last checkpoint are kept (pinned) for live values:
-// the pass kdb runs by itself after a checkpoint runs once per replay
-// segment, so deletes that fit in the segment of the last checkpoint would
-// otherwise leave the dead entries' segments on disk until a checkpoint
-// enters a new segment (see TestEngine_CompactionSkippedAfterDeletes). The
-// pass only reads refcounts when nothing is due; the next checkpoint
-// removes the segments it emptied.
-func (s *Store) compact() error {
-	if s.db.Stats().PinnedBytes == 0 {
-		return nil
-	}
-	if _, err := s.db.Compact(); err != nil {
-		return fmt.Errorf("raftkdb: journal compaction after DeleteRange (the entries are deleted): %w", err)
-	}
-	return nil
+	return s.loadBounds()
 }
 
 func minInt(a, b int) int {
