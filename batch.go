@@ -2,6 +2,7 @@ package kdb
 
 import (
 	"fmt"
+	"sync"
 )
 
 // Batch is a set of writes applied atomically by DB.Write: after a crash all
@@ -12,6 +13,33 @@ type Batch struct {
 	size   int
 	err    error
 	prefix string // tree-name prefix of its index names: "" (user indexes) or a namespace's
+	names  treeNames
+}
+
+// tree returns the tree name of index under the batch's prefix.
+func (b *Batch) tree(index string) []byte { return b.names.get(b.prefix, index) }
+
+// treeNames caches the tree names of the indexes named last (a batch or a
+// snapshot names few; the ops and reads share a name, which is never
+// changed).
+type treeNames struct {
+	e [4]struct {
+		index, prefix string
+		tree          []byte
+	}
+	next int
+}
+
+func (c *treeNames) get(prefix, index string) []byte {
+	for i := range c.e {
+		if e := &c.e[i]; e.tree != nil && e.index == index && e.prefix == prefix {
+			return e.tree
+		}
+	}
+	e := &c.e[c.next]
+	c.next = (c.next + 1) % len(c.e)
+	e.index, e.prefix, e.tree = index, prefix, treeName(prefix, index)
+	return e.tree
 }
 
 // NewBatch returns an empty batch.
@@ -23,20 +51,24 @@ func (b *Batch) Put(index string, key, value []byte) {
 	if b.check(index, key) && len(value) > MaxValueSize {
 		b.err = fmt.Errorf("%w: value of %d bytes (max %d)", ErrInvalid, len(value), MaxValueSize)
 	}
-	b.add(op{kind: opPut, tree: treeName(b.prefix, index), key: clone(key), value: clone(value)})
+	// One allocation holds the copies of both.
+	kv := make([]byte, len(key)+len(value))
+	copy(kv, key)
+	copy(kv[len(key):], value)
+	b.add(op{kind: opPut, tree: b.tree(index), key: kv[:len(key):len(key)], value: kv[len(key):]})
 }
 
 // Delete removes key from the named index. Deleting a missing key is not an
 // error.
 func (b *Batch) Delete(index string, key []byte) {
 	b.check(index, key)
-	b.add(op{kind: opDelete, tree: treeName(b.prefix, index), key: clone(key)})
+	b.add(op{kind: opDelete, tree: b.tree(index), key: clone(key)})
 }
 
 // DropIndex removes the named index and all its keys.
 func (b *Batch) DropIndex(index string) {
 	b.checkIndex(index)
-	b.add(op{kind: opDropTree, tree: treeName(b.prefix, index)})
+	b.add(op{kind: opDropTree, tree: b.tree(index)})
 }
 
 // Len returns the number of operations in the batch.
@@ -50,6 +82,9 @@ func (b *Batch) Reset() { *b = Batch{ops: b.ops[:0], prefix: b.prefix} }
 func (b *Batch) Err() error { return b.err }
 
 func (b *Batch) add(o op) {
+	if b.ops == nil {
+		b.ops = make([]op, 0, 8)
+	}
 	b.ops = append(b.ops, o)
 	b.size += len(o.tree) + len(o.key) + len(o.value) + 16
 }
@@ -85,9 +120,31 @@ func treeName(prefix, index string) []byte {
 	if prefix == "" {
 		prefix = userTreePrefix
 	}
-	t := make([]byte, 0, len(prefix)+len(index))
-	return append(append(t, prefix...), index...)
+	var buf [96]byte
+	k := append(append(buf[:0], prefix...), index...)
+	names.RLock()
+	t, ok := names.m[string(k)]
+	names.RUnlock()
+	if ok {
+		return t
+	}
+	t = append([]byte(nil), k...)
+	t = t[:len(t):len(t)] // shared: an append must copy
+	names.Lock()
+	if len(names.m) < 1<<14 {
+		names.m[string(t)] = t
+	}
+	names.Unlock()
+	return t
 }
+
+// names holds the tree names made so far (process-wide, up to a bound): a
+// writer names the same few trees over and over, and a tree name is never
+// changed once made.
+var names = struct {
+	sync.RWMutex
+	m map[string][]byte
+}{m: map[string][]byte{}}
 
 // maxIndexName is the longest index name under prefix: a tree name is at
 // most len(userTreePrefix)+MaxIndexNameSize bytes.

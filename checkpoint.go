@@ -135,10 +135,9 @@ func (db *DB) flushMem() (journal.Location, error) {
 func flushTable(tx *index.Tx, t *memTable) error {
 	seen := map[string]bool{}
 	var names []string
-	t.trees.Range(func(k, _ any) bool {
-		names, seen[k.(string)] = append(names, k.(string)), true
-		return true
-	})
+	for _, n := range t.treeNames() {
+		names, seen[n] = append(names, n), true
+	}
 	for n := t.head.next[0].Load(); n != nil; n = n.next[0].Load() {
 		if !seen[n.tree] {
 			names, seen[n.tree] = append(names, n.tree), true

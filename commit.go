@@ -93,15 +93,17 @@ type commitQueue struct {
 
 // commit journals ops, waits until they are durable and applied, and
 // returns. The caller must hold db.writeMu (shared or exclusive).
-func (db *DB) commit(ops []op) error { return db.commitAsync(ops, false) }
+func (db *DB) commit(ops []op) error { return db.commitAsync(ops, false, false) }
 
 // commitAsync is commit; with async, it waits until ops are applied, not
-// until they are durable (see commitReq.async).
-func (db *DB) commitAsync(ops []op, async bool) error {
+// until they are durable (see commitReq.async). With own, ops are the
+// caller's to give away (a transaction's, compaction's), not a Batch's the
+// caller may reuse.
+func (db *DB) commitAsync(ops []op, async, own bool) error {
 	if err := db.lockTx("a write"); err != nil {
 		return err
 	}
-	req, err := db.submit(ops, async)
+	req, err := db.submit(ops, async, own)
 	db.txMu.Unlock()
 	if err != nil {
 		return err
@@ -113,10 +115,11 @@ func (db *DB) commitAsync(ops []op, async bool) error {
 // call wait(req), which leads the commit if req is made the leader, and
 // returns its outcome. Batches are journaled and applied in the order they
 // were submitted, so a caller that serializes its submissions (the broker)
-// knows the order they take effect in. async: see commitReq.
+// knows the order they take effect in. async: see commitReq; own: see
+// commitAsync.
 // The caller must hold db.writeMu (shared or exclusive) and txMu.
-func (db *DB) submit(ops []op, async bool) (*commitReq, error) {
-	req, err := db.encode(ops)
+func (db *DB) submit(ops []op, async, own bool) (*commitReq, error) {
+	req, err := db.encode(ops, own)
 	if err != nil {
 		return nil, err
 	}
@@ -335,8 +338,8 @@ func (db *DB) applyGroup(group []*commitReq, locs []journal.Location) error {
 	db.viewSeqsBuf = db.viewSeqs(db.viewSeqsBuf)
 	start := db.mem.seq.Load()
 	db.mem.viewMu.Unlock()
-	err := db.ix.View(func(tx *index.Tx) error {
-		m := &memApply{st: st, ix: tx, seq: start, start: start, views: db.viewSeqsBuf}
+	err := func() error {
+		m := &memApply{st: st, ix: db.applyIndex(), seq: start, start: start, views: db.viewSeqsBuf}
 		a := applier{t: m}
 		i := 0
 		for _, r := range group {
@@ -349,10 +352,13 @@ func (db *DB) applyGroup(group []*commitReq, locs []journal.Location) error {
 		if err := a.flushRefs(); err != nil {
 			return err
 		}
+		if err := m.ix.Err(); err != nil {
+			return err
+		}
 		db.applied = locs[len(locs)-1]
 		db.mem.seq.Store(m.seq)
 		return nil
-	})
+	}()
 	st.active.mu.Unlock()
 	if err != nil {
 		// The batch is durable but could not be applied: the index and the
@@ -366,6 +372,27 @@ func (db *DB) applyGroup(group []*commitReq, locs []journal.Location) error {
 	db.mu.Unlock()
 	db.maybeKickCheckpoint()
 	return nil
+}
+
+// applyIndex returns the index snapshot the applier reads: one pinned for
+// as long as the index does not change (between checkpoints), so that the
+// trees it opens stay open. The caller holds the active mem table's mu.
+func (db *DB) applyIndex() *index.Tx {
+	if db.applyIx != nil && db.applyIx.Version() == db.ix.Current() && db.applyIx.Err() == nil {
+		return db.applyIx
+	}
+	db.releaseApplyIndex()
+	db.applyIx, db.applyRelease = db.ix.Pin()
+	return db.applyIx
+}
+
+// releaseApplyIndex releases the applier's index snapshot, if any. The
+// caller holds the active mem table's mu (or no applier runs any more).
+func (db *DB) releaseApplyIndex() {
+	if db.applyRelease != nil {
+		db.applyRelease()
+	}
+	db.applyIx, db.applyRelease = nil, nil
 }
 
 // syncAsyncWithin makes sure the journal is synced within SyncInterval: an

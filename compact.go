@@ -278,7 +278,7 @@ func (db *DB) commitMoves(ops []op) error {
 		return err
 	}
 	defer db.writeMu.RUnlock()
-	return db.commitAsync(ops, true)
+	return db.commitAsync(ops, true, true)
 }
 
 // pinned returns the journal segments wholly before the last checkpoint's

@@ -76,9 +76,11 @@ type DB struct {
 
 	compaction compaction // compact.go
 	mem        mem        // the mem tables: mem.go
-	// viewSeqsBuf is the applier's copy of the Views' S (under the active
-	// mem table's mu).
-	viewSeqsBuf []uint64
+	// viewSeqsBuf is the applier's copy of the Views' S, and applyIx its
+	// index snapshot (applyIndex), both under the active mem table's mu.
+	viewSeqsBuf  []uint64
+	applyIx      *index.Tx
+	applyRelease func()
 
 	mu struct {
 		sync.Mutex
@@ -363,6 +365,9 @@ func (db *DB) Close() error {
 	close(db.quit)
 	db.wg.Wait()
 	db.stopAsync()
+	st := db.mem.lockActive() // no applier runs any more
+	db.releaseApplyIndex()
+	st.active.mu.Unlock()
 	var errs []error
 	if failed == nil && !db.opts.ReadOnly && !db.opts.NoCheckpointOnClose {
 		if err := db.checkpoint(); err != nil {
@@ -427,7 +432,10 @@ func (db *DB) Err() error {
 // Writes share one journal write and one fsync. Called inside an Update's
 // function (which holds the write lock), Write returns ErrInvalid at once:
 // use the Txn there.
-func (db *DB) Write(b *Batch) error {
+func (db *DB) Write(b *Batch) error { return db.write(b, false) }
+
+// write is Write; with own, b's ops are given away (see commitAsync).
+func (db *DB) write(b *Batch, own bool) error {
 	if b.err != nil {
 		return b.err
 	}
@@ -438,29 +446,33 @@ func (db *DB) Write(b *Batch) error {
 		return err
 	}
 	defer db.writeMu.RUnlock()
-	return db.commit(b.ops)
+	return db.commitAsync(b.ops, false, own)
 }
 
 // Put sets key to value in the named index. On return it is durable.
 func (db *DB) Put(index string, key, value []byte) error {
 	var b Batch
 	b.Put(index, key, value)
-	return db.Write(&b)
+	return db.write(&b, true)
 }
 
 // Delete removes key from the named index. On return it is durable.
 func (db *DB) Delete(index string, key []byte) error {
 	var b Batch
 	b.Delete(index, key)
-	return db.Write(&b)
+	return db.write(&b, true)
 }
 
-// encode prepares the journal records of a batch: a value record for each
+// encode prepares the journal records of a batch (in ops itself with own,
+// else in a copy): a value record for each
 // value above the threshold, and the size of the batch record, which it
 // checks; the batch record itself is built by seal, outside txMu.
-func (db *DB) encode(ops []op) (*commitReq, error) {
-	req := &commitReq{ops: make([]op, len(ops)), done: make(chan struct{}, 1)}
-	copy(req.ops, ops)
+func (db *DB) encode(ops []op, own bool) (*commitReq, error) {
+	req := &commitReq{ops: ops, done: make(chan struct{}, 1)}
+	if !own {
+		req.ops = make([]op, len(ops))
+		copy(req.ops, ops)
+	}
 	nvals := 0
 	for i := range req.ops {
 		o := &req.ops[i]

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"math/bits"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/kdb-project/kdb/index"
 )
@@ -81,6 +83,7 @@ type memKey struct {
 
 // memTree is a tree's metadata in a table.
 type memTree struct {
+	name string                  // the table's own copy, shared by its keys' nodes
 	vers atomic.Pointer[treeVer] // newest first
 	// drops are the seqs at which the tree was dropped, oldest first (never
 	// pruned: a drop hides its keys' older versions from every reader
@@ -101,10 +104,11 @@ type memTable struct {
 	head   *memKey
 	height atomic.Int32
 	rnd    uint64
-	trees  sync.Map // string -> *memTree
-	ntrees atomic.Int64
-	bytes  atomic.Int64 // estimated memory
-	n      atomic.Int64 // versions
+	// trees maps a tree name to its metadata; replaced whole (copy on
+	// write) when a tree is added, which is rare.
+	trees atomic.Pointer[map[string]*memTree]
+	bytes atomic.Int64 // estimated memory
+	n     atomic.Int64 // versions
 }
 
 func newMemTable() *memTable {
@@ -213,7 +217,8 @@ func (t *memTable) insertKey(tree, key string) *memKey {
 		}
 		t.height.Store(int32(nh))
 	}
-	n := &memKey{tree: tree, key: key, next: make([]atomic.Pointer[memKey], nh)}
+	// The node keeps copies: the caller's strings may alias its batch.
+	n := &memKey{tree: t.intern(tree), key: strings.Clone(key), next: make([]atomic.Pointer[memKey], nh)}
 	for lvl := 0; lvl < nh; lvl++ {
 		n.next[lvl].Store(prev[lvl].next[lvl].Load())
 	}
@@ -245,11 +250,36 @@ func (t *memTable) removeKey(n *memKey) {
 
 // tree returns tree's metadata node, or nil.
 func (t *memTable) tree(tree string) *memTree {
-	if v, ok := t.trees.Load(tree); ok {
-		return v.(*memTree)
+	if m := t.trees.Load(); m != nil {
+		return (*m)[tree]
 	}
 	return nil
 }
+
+// treeNames returns the names of the trees t has metadata for.
+func (t *memTable) treeNames() []string {
+	m := t.trees.Load()
+	if m == nil {
+		return nil
+	}
+	out := make([]string, 0, len(*m))
+	for n := range *m {
+		out = append(out, n)
+	}
+	return out
+}
+
+// intern returns the table's copy of tree's name.
+func (t *memTable) intern(tree string) string {
+	if mt := t.tree(tree); mt != nil {
+		return mt.name
+	}
+	return strings.Clone(tree)
+}
+
+// bstr returns b as a string without copying, for a comparison or a
+// lookup that keeps nothing: b must not change meanwhile.
+func bstr(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
 
 // visible returns the newest version of n with lower < seq <= s.
 func visible(n *memKey, s, lower uint64) *memVer {
@@ -308,7 +338,7 @@ func (t *memTable) dropAt(tree string, s, lower uint64) uint64 {
 func (t *memTable) lastDrop(tree string) uint64 { return t.dropAt(tree, ^uint64(0), 0) }
 
 // empty reports whether t holds nothing.
-func (t *memTable) empty() bool { return t.head.next[0].Load() == nil && t.ntrees.Load() == 0 }
+func (t *memTable) empty() bool { return t.head.next[0].Load() == nil && t.trees.Load() == nil }
 
 // memState is what a View reads: the tables and the index's bound.
 type memState struct {
@@ -439,13 +469,11 @@ func (v memView) trees() ([]string, map[string]bool) {
 		if t == nil {
 			continue
 		}
-		t.trees.Range(func(k, _ any) bool {
-			name := k.(string)
+		for _, name := range t.treeNames() {
 			if tv := t.treeAt(name, v.s, v.st.base); tv != nil {
 				out[name] = tv.exists
 			}
-			return true
-		})
+		}
 	}
 	names := make([]string, 0, len(out))
 	for n := range out {
@@ -492,7 +520,7 @@ func (t *memTable) stepTable(tree string, key []byte, incl, fwd bool, s, lower u
 		if key == nil {
 			n = t.seekGE(tree, "", false)
 		} else {
-			n = t.seekGE(tree, string(key), !incl)
+			n = t.seekGE(tree, bstr(key), !incl)
 		}
 		for ; n != nil && n.tree == tree; n = n.next[0].Load() {
 			if ver := visible(n, s, lower); ver != nil {
@@ -504,7 +532,7 @@ func (t *memTable) stepTable(tree string, key []byte, incl, fwd bool, s, lower u
 	if key == nil {
 		n = t.seekLT(tree+"\x00", "", false) // no name lies between tree and tree+"\x00"
 	} else {
-		n = t.seekLT(tree, string(key), incl)
+		n = t.seekLT(tree, bstr(key), incl)
 	}
 	for ; n != nil && n.tree == tree; n = t.seekLT(n.tree, n.key, false) {
 		if ver := visible(n, s, lower); ver != nil {
@@ -529,8 +557,6 @@ type memApply struct {
 	// the active table (put and del, which follow, need it).
 	lastTree, lastKey []byte
 	lastBelow         bool
-	// Index trees opened in this group.
-	ixTrees map[string]*index.Tree
 }
 
 // protected reports whether a View may read the mem tables at a seq in
@@ -545,20 +571,10 @@ func (m *memApply) protected(from, to uint64) bool {
 	return i < len(m.views) && m.views[i] < to
 }
 
-// ixTree returns the index's tree, or nil.
+// ixTree returns the index's tree, or nil (the snapshot keeps the trees
+// it opened: applyIndex).
 func (m *memApply) ixTree(tree string) (*index.Tree, error) {
-	if t, ok := m.ixTrees[tree]; ok {
-		return t, nil
-	}
-	t, err := m.ix.OpenTree([]byte(tree))
-	if err != nil {
-		return nil, err
-	}
-	if m.ixTrees == nil {
-		m.ixTrees = map[string]*index.Tree{}
-	}
-	m.ixTrees[tree] = t
-	return t, nil
+	return m.ix.OpenTree(unsafe.Slice(unsafe.StringData(tree), len(tree)))
 }
 
 // latestLower returns the bound above which versions of tree are current
@@ -571,7 +587,7 @@ func (m *memApply) latestLower(tree string) (uint64, bool) {
 // lookup returns key's current value and whether it has one below the
 // active table.
 func (m *memApply) lookup(tree, key []byte) (val []byte, ok, below bool, err error) {
-	tn, kn := string(tree), string(key)
+	tn, kn := bstr(tree), bstr(key)
 	lower, hidden := m.latestLower(tn)
 	if n := m.st.active.find(tn, kn); n != nil {
 		if v := visible(n, ^uint64(0), lower); v != nil {
@@ -637,9 +653,14 @@ func (m *memApply) setTree(tree string, tv *treeVer, drop bool) {
 	a := m.st.active
 	mt := a.tree(tree)
 	if mt == nil {
-		mt = &memTree{}
-		a.trees.Store(tree, mt)
-		a.ntrees.Add(1)
+		mt = &memTree{name: strings.Clone(tree)}
+		m := map[string]*memTree{mt.name: mt}
+		if old := a.trees.Load(); old != nil {
+			for k, v := range *old {
+				m[k] = v
+			}
+		}
+		a.trees.Store(&m)
 	}
 	if drop {
 		var ds []uint64
@@ -667,7 +688,7 @@ func (m *memApply) put(tree, key, val []byte, existed bool) error {
 	if err != nil {
 		return err
 	}
-	tn := string(tree)
+	tn := bstr(tree)
 	exists, count, err := m.treeNow(tn)
 	if err != nil {
 		return err
@@ -679,7 +700,7 @@ func (m *memApply) put(tree, key, val []byte, existed bool) error {
 		}
 		m.setTree(tn, &treeVer{seq: m.seq, exists: true, count: count + 1}, false)
 	}
-	m.insert(tn, string(key), &memVer{seq: m.seq, val: val, below: below})
+	m.insert(tn, bstr(key), &memVer{seq: m.seq, val: val, below: below})
 	return nil
 }
 
@@ -688,7 +709,7 @@ func (m *memApply) del(tree, key []byte) error {
 	if err != nil {
 		return err
 	}
-	tn := string(tree)
+	tn := bstr(tree)
 	_, count, err := m.treeNow(tn)
 	if err != nil {
 		return err
@@ -698,12 +719,12 @@ func (m *memApply) del(tree, key []byte) error {
 		count--
 	}
 	m.setTree(tn, &treeVer{seq: m.seq, exists: true, count: count}, false)
-	m.insert(tn, string(key), &memVer{seq: m.seq, below: below})
+	m.insert(tn, bstr(key), &memVer{seq: m.seq, below: below})
 	return nil
 }
 
 func (m *memApply) drop(tree []byte, each func(val []byte)) error {
-	tn := string(tree)
+	tn := bstr(tree)
 	exists, _, err := m.treeNow(tn)
 	if err != nil || !exists {
 		return err

@@ -74,8 +74,14 @@ func (db *DB) register(req *commitReq) {
 			if f.keys == nil {
 				f.keys = map[string]ovEntry{}
 			}
-			k := ovKey(o.tree, o.key)
+			k := o.ovk
+			if k == "" {
+				k = ovKey(o.tree, o.key)
+			}
 			f.keys[k] = ovEntry{gen: req.gen, val: o.value, del: o.kind == opDelete}
+			if req.ovKeys == nil {
+				req.ovKeys = make([]string, 0, len(req.ops))
+			}
 			req.ovKeys = append(req.ovKeys, k)
 		}
 	}
@@ -253,7 +259,7 @@ func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) 
 		c.once.Do(func() {})
 		return c, nil
 	}
-	req, err := db.submit(tx.b.ops, tx.noSync)
+	req, err := db.submit(tx.b.ops, tx.noSync, true)
 	if err != nil {
 		return nil, err
 	}

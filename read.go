@@ -101,6 +101,7 @@ type Snapshot struct {
 	prefix string // tree-name prefix of its index names: "u/" or a namespace's
 	tx     *index.Tx
 	mv     memView // what it sees of the mem tables (mem.go)
+	names  treeNames
 	ended  atomic.Bool
 }
 
@@ -144,7 +145,7 @@ func (s *Snapshot) openTree(name []byte) (*snapTree, error) {
 
 // get returns key's value as the tree keeps it (an index value).
 func (t *snapTree) get(key []byte) ([]byte, bool, error) {
-	if v, found := t.s.mv.get(t.name, string(key), t.lower); found {
+	if v, found := t.s.mv.get(t.name, bstr(key), t.lower); found {
 		return v, v != nil, nil
 	}
 	if t.base == nil {
@@ -209,7 +210,7 @@ func (s *Snapshot) Get(index string, key []byte) ([]byte, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	t, err := s.openTree(treeName(s.prefix, index))
+	t, err := s.openTree(s.names.get(s.prefix, index))
 	if err != nil {
 		return nil, err
 	}
@@ -231,7 +232,7 @@ func (s *Snapshot) Len(index string) (uint64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
-	t, err := s.openTree(treeName(s.prefix, index))
+	t, err := s.openTree(s.names.get(s.prefix, index))
 	if err != nil || t == nil {
 		return 0, err
 	}
@@ -261,7 +262,7 @@ func (s *Snapshot) Exists(index string) (bool, error) {
 	if err := s.usable(); err != nil {
 		return false, err
 	}
-	t, err := s.openTree(treeName(s.prefix, index))
+	t, err := s.openTree(s.names.get(s.prefix, index))
 	return t != nil, err
 }
 
@@ -273,7 +274,7 @@ func (s *Snapshot) Iter(index string) *Iter {
 		it.err = err
 		return it
 	}
-	t, err := s.openTree(treeName(s.prefix, index))
+	t, err := s.openTree(s.names.get(s.prefix, index))
 	switch {
 	case err != nil:
 		it.err = err

@@ -19,6 +19,9 @@ type op struct {
 	// from: opMoveJournal: the value record the key's value must still be
 	// (with the same size) for the move to take effect.
 	from journal.Location
+	// ovk is ovKey(tree, key) if a Txn computed it already (register
+	// reuses it); not journaled.
+	ovk string
 }
 
 // encodedBatchSize returns the size of the batch record payload for ops:

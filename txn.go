@@ -62,7 +62,7 @@ func (db *DB) update(prefix string, fn func(tx *Txn) error) error {
 	if len(tx.b.ops) == 0 {
 		return nil
 	}
-	return db.commit(tx.b.ops)
+	return db.commitAsync(tx.b.ops, false, true)
 }
 
 func (tx *Txn) live() error {
@@ -115,7 +115,7 @@ func (tx *Txn) record() error {
 		return tx.b.err
 	}
 	i := len(tx.b.ops) - 1
-	o := tx.b.ops[i]
+	o := &tx.b.ops[i]
 	if o.kind == opDropTree {
 		if tx.dropped == nil {
 			tx.dropped = make(map[string]int)
@@ -124,9 +124,10 @@ func (tx *Txn) record() error {
 		return nil
 	}
 	if tx.own == nil {
-		tx.own = make(map[string]int)
+		tx.own = make(map[string]int, 8)
 	}
-	tx.own[ovKey(o.tree, o.key)] = i
+	o.ovk = ovKey(o.tree, o.key)
+	tx.own[o.ovk] = i
 	return nil
 }
 
@@ -137,7 +138,8 @@ func (tx *Txn) Get(index string, key []byte) ([]byte, error) {
 	if err := tx.live(); err != nil {
 		return nil, err
 	}
-	tree := treeName(tx.prefix, index)
+	tx.b.prefix = tx.prefix
+	tree := tx.b.tree(index)
 	d, dropped := tx.dropped[string(tree)]
 	if i, ok := tx.own[ovKey(tree, key)]; ok && (!dropped || i > d) {
 		o := tx.b.ops[i]

@@ -189,6 +189,37 @@ func (s *Store) MaxKeySize() int { return s.lim.maxKey }
 // keys returned inside fn are valid only until fn returns. If fn returns nil
 // but an operation inside it failed (I/O, corruption; see Tx.Err), View
 // returns that failure.
+// Pin returns a read-only Tx of the current state, like a View's, valid
+// until release is called (once); Version says which state it is, so that
+// a caller can keep one across calls while nothing committed since (the
+// root package's applier does, between checkpoints). The pages it can see
+// are not freed until release.
+func (s *Store) Pin() (tx *Tx, release func()) {
+	s.mu.Lock()
+	snap := s.mu.cur
+	s.mu.readers[snap.version]++
+	s.mu.Unlock()
+	tx = &Tx{s: s, catalog: snap.catalog, version: snap.version}
+	return tx, func() {
+		tx.closed = true
+		s.mu.Lock()
+		if s.mu.readers[snap.version]--; s.mu.readers[snap.version] == 0 {
+			delete(s.mu.readers, snap.version)
+		}
+		s.mu.Unlock()
+	}
+}
+
+// Version returns the number of the state tx sees.
+func (tx *Tx) Version() uint64 { return tx.version }
+
+// Current returns the number of the state a View begun now would see.
+func (s *Store) Current() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mu.cur.version
+}
+
 func (s *Store) View(fn func(tx *Tx) error) error {
 	s.mu.Lock()
 	snap := s.mu.cur
