@@ -87,6 +87,22 @@ m free-trusted-without-pagecount pagefile/open.go \
 m one-record-less-replayed recovery/replay.go \
   'if err := p.o.Apply(p.tx, loc, r); err != nil {' 'if p.count == 1 { return nil }; if err := p.o.Apply(p.tx, loc, r); err != nil {' \
   '. ./broker' "recovery skips the first journal record after the checkpoint's replay position"
+# ---- The mem tables, the checkpoint's flush, compaction's moves.
+m checkpoint-journal-sync-skipped checkpoint.go \
+  'if err := db.j.Sync(); err != nil {' 'if err := error(nil); err != nil {' \
+  '. ./broker' "a checkpoint writes pages that reflect journal records not yet durable (NoSync commits, AckAsync, compaction's moves)"
+m flush-skips-deletes checkpoint.go \
+  '_, err = tb.Delete([]byte(n.key))' '_ = n' \
+  '. ./broker' "the checkpoint's flush of the mem tables leaves deleted keys in the index pages"
+m move-unconditional apply.go \
+  'if !isRef || seg != o.from.Segment || size != o.size || int64(binary.LittleEndian.Uint64(cur[5:])) != o.from.Offset {' 'if !isRef {' \
+  '.' "a compaction move takes effect on a key written since the pass read it (an older value comes back)"
+m mem-prune-ignores-late-readers mem.go \
+  $'\tif from <= m.start && m.start < to {\n\t\treturn true\n\t}' $'\tif false {\n\t\treturn true\n\t}' \
+  '.' "the applier unlinks versions a View that registered during the group may still read"
+m unsynced-records-unreadable journal/reader.go \
+  'end := max(seg.end, seg.written)' 'end := seg.end' \
+  './journal .' "a record applied before its fdatasync (NoSync, AckAsync, a compaction move) reads as corrupt until the next sync"
 
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
