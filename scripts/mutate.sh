@@ -148,6 +148,7 @@ for entry in "${MUTATIONS[@]}"; do
   fi
   if [ $caught = yes ]; then
     by=$(grep -m1 -oE -- '--- FAIL: [^ ]+' "$log" | sed 's/--- FAIL: //')
+    [ -n "$by" ] || by=$(grep -m1 -E '^panic: ' "$log" | cut -c1-90)
     [ -n "$by" ] || by="build: $(grep -m1 -E '\.go:[0-9]+' "$log" | cut -c1-60)"
   else
     survivors=$((survivors + 1))
