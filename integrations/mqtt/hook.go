@@ -243,7 +243,7 @@ func (h *Hook) scan(s *kdb.Snapshot, index string, fn func(k, v []byte) error) e
 
 func (h *Hook) skip(index string, key []byte, err error) {
 	h.skipped.Add(1)
-	h.Log.Error("kdbmqtt: skipping a malformed stored record", "index", Namespace+"/"+index, "key", strconv.Quote(string(key)), "error", err)
+	h.Log.Error("kdbmqtt: skipping a malformed stored record", "index", Namespace+"/"+index, "key", string(key), "error", err)
 }
 
 // Skipped returns how many malformed records the hook skipped so far.
