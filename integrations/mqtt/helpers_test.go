@@ -94,7 +94,7 @@ type proc struct {
 	err  error
 }
 
-var listenRE = regexp.MustCompile(`msg="kdb-mqtt: listening" address=(\S+)`)
+var listenRE = regexp.MustCompile(`msg="(?:kdb-mqtt|peerbroker): listening" address=(\S+)`)
 
 // startBroker runs bin with args (plus -listen 127.0.0.1:0 unless listen
 // is given) and waits until it serves.

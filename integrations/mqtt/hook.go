@@ -62,6 +62,10 @@ type Hook struct {
 		flights map[string]map[uint16]*flight // client → packet ID → what is stored
 		active  map[string]*publish           // tag → publish whose fan-out is being gathered
 		open    map[string]*publish           // publishing client → its publish in progress
+		// dels are inflight removals not yet submitted: the next commit
+		// carries them (first), or a timer within delFlush.
+		dels     [][]byte
+		delTimer bool
 	}
 
 	// loaded at Init, handed out by the Stored* events and OnStarted.
@@ -75,6 +79,7 @@ type flight struct {
 	created int64       // the packet's Created (mochi orders resends by it)
 	commit  *kdb.Commit // the write of its current state (nil while pub is set)
 	pub     *publish    // the publish whose fan-out commit will write it
+	noSync  bool        // commit is a fan-out's, not waited durable (see gate)
 }
 
 // publish is one PUBLISH of QoS 1 or 2 between OnPublish and the commit of
@@ -252,6 +257,9 @@ func (h *Hook) Skipped() int64 { return h.skipped.Load() }
 // Stop waits for the commits in flight. The store stays open.
 func (h *Hook) Stop() error {
 	h.mu.Lock()
+	if len(h.mu.dels) > 0 {
+		h.submitLocked(true, nil)
+	}
 	h.mu.stopped = true
 	h.mu.Unlock()
 	h.waiters.Wait()
@@ -289,9 +297,19 @@ func (h *Hook) submitLocked(noSync bool, fn func(tx *kdb.Txn) error) *kdb.Commit
 	if p := h.failed.Load(); p != nil {
 		return nil
 	}
+	dels := h.mu.dels
+	h.mu.dels = nil
 	c, err := h.ns.Submit(func(tx *kdb.Txn) error {
 		if noSync {
 			tx.NoSync()
+		}
+		for _, k := range dels {
+			if err := tx.Delete(idxInflight, k); err != nil {
+				return err
+			}
+		}
+		if fn == nil {
+			return nil
 		}
 		return fn(tx)
 	})
@@ -353,8 +371,15 @@ func (h *Hook) barrier(cl *mqtt.Client) {
 	}
 }
 
-// OnSessionEstablish stores the client before its CONNACK is sent.
-func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) { h.putClient(cl) }
+// OnSessionEstablish stores the client before its CONNACK is sent. It
+// also turns off topic aliases from the server to this client: mochi then
+// sends a PUBLISH with an alias and no topic, and a message stored that
+// way could not be sent again on the next connection, where the alias
+// means nothing (mochi's own hooks store it so).
+func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
+	cl.Properties.Props.TopicAliasMaximum = 0
+	h.putClient(cl)
+}
 
 // OnWillSent stores the client without its will.
 func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) { h.putClient(cl) }
@@ -646,7 +671,11 @@ func (h *Hook) finishLocked(p *publish, published bool) {
 		}
 	}
 	pkey := pendingKey(p.seq)
-	c := h.submitLocked(false, func(tx *kdb.Txn) error {
+	// Not synced of its own: the next synced commit (the next publish's
+	// pending record, typically) carries it, and until it is durable the
+	// pending publish it removes is still on disk. A QoS 2 copy waits for
+	// a sync before it is sent (gate).
+	c := h.submitLocked(true, func(tx *kdb.Txn) error {
 		for _, w := range puts {
 			if err := tx.Put(idxInflight, inflightKey(w.client, w.pid), w.val); err != nil {
 				return err
@@ -661,7 +690,7 @@ func (h *Hook) finishLocked(p *publish, published bool) {
 	})
 	for _, w := range p.puts {
 		if w.f.pub == p {
-			w.f.pub, w.f.commit = nil, c
+			w.f.pub, w.f.commit, w.f.noSync = nil, c, true
 		}
 	}
 	p.commit = c
@@ -725,7 +754,29 @@ func (h *Hook) dropFlight(cl *mqtt.Client, pid uint16, noSync bool) *kdb.Commit 
 		return nil // never written: its fan-out skips it
 	}
 	key := inflightKey(cl.ID, pid)
-	return h.submitLocked(noSync, func(tx *kdb.Txn) error { return tx.Delete(idxInflight, key) })
+	if noSync {
+		// Not synced, so not urgent: the next commit carries it.
+		h.mu.dels = append(h.mu.dels, key)
+		if !h.mu.delTimer {
+			h.mu.delTimer = true
+			time.AfterFunc(delFlush, h.flushDels)
+		}
+		return nil
+	}
+	return h.submitLocked(false, func(tx *kdb.Txn) error { return tx.Delete(idxInflight, key) })
+}
+
+// delFlush bounds how long an inflight removal waits for a commit to
+// carry it.
+const delFlush = 5 * time.Millisecond
+
+func (h *Hook) flushDels() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.mu.delTimer = false
+	if len(h.mu.dels) > 0 && !h.mu.stopped {
+		h.submitLocked(true, nil)
+	}
 }
 
 // OnPacketEncode holds each packet that acknowledges or hands on
@@ -750,18 +801,22 @@ func (h *Hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet
 		h.barrier(cl)
 	case packets.Publish:
 		if pk.FixedHeader.Qos > 0 {
-			h.gate(cl, pk.PacketID)
+			h.gate(cl, pk.PacketID, pk.FixedHeader.Qos == 2)
 		}
 	case packets.Pubrel:
-		h.gate(cl, pk.PacketID)
+		h.gate(cl, pk.PacketID, true)
 		h.release(cl, pk.PacketID)
 	}
 	return pk
 }
 
 // gate waits until the current state of a client's inflight packet is
-// durable.
-func (h *Hook) gate(cl *mqtt.Client, pid uint16) {
+// written. A fan-out's commit is not synced of its own: a QoS 1 copy may
+// go out before it is durable (if it is lost, its pending publish is
+// still on disk and the restart publishes it again: a QoS 1 duplicate);
+// with durable set (a QoS 2 copy, which must never be delivered twice) the
+// gate also waits for a synced commit after it.
+func (h *Hook) gate(cl *mqtt.Client, pid uint16, durable bool) {
 	h.mu.Lock()
 	f := h.mu.flights[cl.ID][pid]
 	var p *publish
@@ -781,8 +836,22 @@ func (h *Hook) gate(cl *mqtt.Client, pid uint16) {
 			return
 		}
 	}
-	if c != nil {
-		h.wait(cl, c, false)
+	if c == nil || !h.wait(cl, c, false) {
+		return
+	}
+	h.mu.Lock()
+	needSync := durable && f.noSync && f.commit == c
+	var s *kdb.Commit
+	if needSync {
+		s = h.submitLocked(false, func(tx *kdb.Txn) error { return tx.Put(idxSys, syncKey, []byte{1}) })
+	}
+	h.mu.Unlock()
+	if needSync && h.wait(cl, s, true) {
+		h.mu.Lock()
+		if f.commit == c {
+			f.noSync = false
+		}
+		h.mu.Unlock()
 	}
 }
 

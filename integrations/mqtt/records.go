@@ -35,7 +35,10 @@ const (
 	maxNamePart   = 300
 )
 
-var sysKey = []byte("info")
+var (
+	sysKey  = []byte("info")
+	syncKey = []byte("sync") // a synced write that makes the fan-outs before it durable
+)
 
 // part returns s as a key part: s itself, or 0x01 followed by the hex
 // SHA-256 of s when s is long or starts with 0x01 (so the two forms never
@@ -87,8 +90,7 @@ func messageOf(t, client string, pk packets.Packet) storage.Message {
 			ResponseTopic:          props.ResponseTopic,
 			CorrelationData:        props.CorrelationData,
 			SubscriptionIdentifier: props.SubscriptionIdentifier,
-			TopicAlias:             props.TopicAlias,
-			User:                   props.User,
+			User:                   props.User, // no TopicAlias: it is the connection's
 		},
 	}
 }
