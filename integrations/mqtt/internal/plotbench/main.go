@@ -1,0 +1,101 @@
+// Command plotbench draws results/mqtt.png from BenchmarkMQTT's output:
+//
+//	go run ./internal/plotbench results/bench.txt results/mqtt.png
+//
+// One bar group per measure (QoS 1 msgs/s with 1 and 16 publishers,
+// restart-ms), one bar per hook: the mean of the runs, with the range.
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"regexp"
+	"sort"
+	"strconv"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+)
+
+var line = regexp.MustCompile(`^BenchmarkMQTT/(publish|restart)/hook=([\w-]+)(?:/pubs=(\d+))?-\d+\s+\d+\s+([\d.]+) (msgs/s|restart-ms)`)
+
+func main() {
+	if len(os.Args) != 3 {
+		fmt.Fprintln(os.Stderr, "usage: plotbench bench.txt out.png")
+		os.Exit(2)
+	}
+	f, err := os.Open(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	vals := map[string]map[string][]float64{} // measure → hook → values
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		m := line.FindStringSubmatch(sc.Text())
+		if m == nil {
+			continue
+		}
+		measure := "restart (ms)"
+		if m[1] == "publish" {
+			measure = "QoS 1 msgs/s, " + m[3] + " publisher(s)"
+		}
+		v, _ := strconv.ParseFloat(m[4], 64)
+		if vals[measure] == nil {
+			vals[measure] = map[string][]float64{}
+		}
+		vals[measure][m[2]] = append(vals[measure][m[2]], v)
+	}
+	measures := make([]string, 0, len(vals))
+	for k := range vals {
+		measures = append(measures, k)
+	}
+	sort.Strings(measures)
+	hooks := []string{"kdb", "pebble-sync", "bolt", "pebble"}
+	img := vgimg.New(vg.Length(len(measures))*4*vg.Inch, 4*vg.Inch)
+	dc := draw.New(img)
+	tiles := draw.Tiles{Rows: 1, Cols: len(measures), PadX: vg.Millimeter * 4}
+	for i, ms := range measures {
+		p := plot.New()
+		p.Title.Text = ms
+		w := vg.Points(14)
+		for j, h := range hooks {
+			xs := vals[ms][h]
+			if len(xs) == 0 {
+				continue
+			}
+			mean, lo, hi := 0.0, xs[0], xs[0]
+			for _, x := range xs {
+				mean += x
+				lo, hi = min(lo, x), max(hi, x)
+			}
+			mean /= float64(len(xs))
+			bars, err := plotter.NewBarChart(plotter.Values{mean}, w)
+			if err != nil {
+				panic(err)
+			}
+			bars.Color = plotutil.Color(j)
+			bars.Offset = vg.Length(j-len(hooks)/2) * w
+			p.Add(bars)
+			p.Legend.Add(fmt.Sprintf("%s (%.0f-%.0f)", h, lo, hi), bars)
+		}
+		p.Legend.Top = true
+		p.NominalX("")
+		p.Draw(tiles.At(dc, i, 0))
+	}
+	out, err := os.Create(os.Args[2])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	defer out.Close()
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(out); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
