@@ -30,8 +30,11 @@ import (
 // commitReq is one batch waiting for a leader.
 type commitReq struct {
 	ops  []op
-	recs []journal.Record
+	recs []journal.Record // the value records; seal appends the batch record
 	size int
+	// batchSize is the batch record's payload size; sealOnce builds it.
+	batchSize int
+	sealOnce  sync.Once
 	// async: the writer does not wait for durability (AckAsync): its group
 	// is synced only if another batch in it needs a sync.
 	async bool
@@ -138,9 +141,23 @@ func (db *DB) submit(ops []op, async bool) (*commitReq, error) {
 	return req, nil
 }
 
+// seal builds req's batch record (once: by its writer on the way to
+// waiting, or by the leader that takes it first), so that the copying is
+// done outside txMu and in parallel with other writers.
+func (req *commitReq) seal() {
+	req.sealOnce.Do(func() {
+		// Allocated at its exact size: the payload stays alive until the
+		// batch is committed, and append's doubling would waste up to
+		// half of it.
+		payload := encodeBatch(make([]byte, 0, req.batchSize), req.ops)
+		req.recs = append(req.recs, journal.Record{Type: recBatch, Payload: payload})
+	})
+}
+
 // wait waits for req's outcome, leading the commit of its group if req is
 // made the leader.
 func (db *DB) wait(req *commitReq) error {
+	req.seal()
 	<-req.done
 	if req.lead {
 		db.lead()
@@ -154,6 +171,9 @@ func (db *DB) wait(req *commitReq) error {
 // group is durable.
 func (db *DB) lead() {
 	group := db.gather()
+	for _, r := range group {
+		r.seal()
+	}
 	recs := group[0].recs
 	if len(group) > 1 {
 		recs = nil

@@ -304,6 +304,24 @@ func (db *DB) unlock() {
 // Dir returns the store's directory.
 func (db *DB) Dir() string { return db.dir }
 
+// Sync makes every write applied so far durable: the commits of
+// Txn.NoSync and Broker.AckAsync, and under Options.Sync other than
+// SyncAlways every write. It costs one fdatasync, shared with the writers
+// syncing at the same time, and nothing when everything is durable
+// already. A failure fails the handle.
+func (db *DB) Sync() error {
+	db.mu.Lock()
+	err := db.writableLocked()
+	db.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := db.j.Sync(); err != nil {
+		return db.fail(err)
+	}
+	return nil
+}
+
 // Close waits for writes in progress, takes a final checkpoint (unless the
 // handle failed, is read-only, or Options.NoCheckpointOnClose), and closes
 // the files. On return everything acknowledged is durable.
@@ -430,8 +448,9 @@ func (db *DB) Delete(index string, key []byte) error {
 	return db.Write(&b)
 }
 
-// encode builds the journal records of a batch: a value record for each
-// value above the threshold, then the batch record.
+// encode prepares the journal records of a batch: a value record for each
+// value above the threshold, and the size of the batch record, which it
+// checks; the batch record itself is built by seal, outside txMu.
 func (db *DB) encode(ops []op) (*commitReq, error) {
 	req := &commitReq{ops: make([]op, len(ops)), done: make(chan struct{}, 1)}
 	copy(req.ops, ops)
@@ -448,14 +467,14 @@ func (db *DB) encode(ops []op) (*commitReq, error) {
 			req.size += len(o.value) + 64
 		}
 	}
-	// Allocated at its exact size: the payload stays alive until the batch
-	// is committed, and append's doubling would waste up to half of it.
-	payload := encodeBatch(make([]byte, 0, encodedBatchSize(req.ops)), req.ops)
-	req.recs = append(req.recs, journal.Record{Type: recBatch, Payload: payload})
-	req.size += len(payload) + 64
+	req.batchSize = encodedBatchSize(req.ops)
+	req.size += req.batchSize + 64
+	if req.batchSize > db.maxRecord {
+		return nil, fmt.Errorf("%w: batch record of %d bytes (max %d): split the batch", ErrInvalid, req.batchSize, db.maxRecord)
+	}
 	for _, r := range req.recs {
 		if len(r.Payload) > db.maxRecord {
-			return nil, fmt.Errorf("%w: batch record of %d bytes (max %d): split the batch", ErrInvalid, len(r.Payload), db.maxRecord)
+			return nil, fmt.Errorf("%w: value record of %d bytes (max %d): split the batch", ErrInvalid, len(r.Payload), db.maxRecord)
 		}
 	}
 	if req.size > db.maxGroup {

@@ -235,8 +235,8 @@ func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) 
 		return nil, err
 	}
 	defer db.txMu.Unlock()
-	db.updater.Store(goid())
-	defer db.updater.Store(0)
+	db.enterFn()
+	defer db.leaveFn()
 	db.mu.Lock()
 	err := db.writableLocked()
 	db.mu.Unlock()

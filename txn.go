@@ -43,8 +43,8 @@ func (db *DB) update(prefix string, fn func(tx *Txn) error) error {
 		return err
 	}
 	defer db.writeMu.Unlock()
-	db.updater.Store(goid())
-	defer db.updater.Store(0)
+	db.enterFn()
+	defer db.leaveFn()
 	db.mu.Lock()
 	err := db.writableLocked()
 	db.mu.Unlock()

@@ -339,10 +339,16 @@ func checkMessage(m *Message) error {
 }
 
 // send adds m to the destination and returns its sequence number. It does
-// not change m: the caller sets m.Seq once the batch is committed.
-func (w *bwrite) send(kind DestKind, dest string, m *Message) (uint64, error) {
-	if err := checkMessage(m); err != nil {
-		return 0, err
+// not change m: the caller sets m.Seq once the batch is committed. enc is
+// m's encoding (encodeMessage), or nil: then send checks and encodes m
+// (Send does both before its transaction, whose function runs while other
+// writers wait).
+func (w *bwrite) send(kind DestKind, dest string, m *Message, enc []byte) (uint64, error) {
+	if enc == nil {
+		if err := checkMessage(m); err != nil {
+			return 0, err
+		}
+		enc = encodeMessage(m)
 	}
 	d, err := w.dest(kind, dest, true)
 	if err != nil {
@@ -367,7 +373,6 @@ func (w *bwrite) send(kind DestKind, dest string, m *Message) (uint64, error) {
 	} else if ok {
 		return 0, fmt.Errorf("%w: message ID %q in %s %q", ErrDuplicate, m.ID, kind, dest)
 	}
-	enc := encodeMessage(m)
 	if len(enc) > kdb.MaxValueSize {
 		return 0, fmt.Errorf("%w: message of %d bytes (max %d)", kdb.ErrInvalid, len(enc), kdb.MaxValueSize)
 	}
@@ -519,10 +524,14 @@ func (b *Broker) write(exclusive, async bool, fn func(w *bwrite) error) error {
 // math.MaxUint64, an unknown kind) is kdb.ErrInvalid. If
 // the call fails, m is left as it was: m.Seq is set only on success.
 func (b *Broker) Send(kind DestKind, dest string, m *Message) (uint64, error) {
+	if err := checkMessage(m); err != nil {
+		return 0, err
+	}
+	enc := encodeMessage(m)
 	var seq uint64
 	err := b.write(false, false, func(w *bwrite) error {
 		var err error
-		seq, err = w.send(kind, dest, m)
+		seq, err = w.send(kind, dest, m, enc)
 		return err
 	})
 	if err != nil {

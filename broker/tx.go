@@ -98,7 +98,7 @@ func (w *bwrite) runTx(ops []txOp) ([]uint64, error) {
 		switch o.kind {
 		case txSend:
 			var seq uint64
-			seq, err = w.send(o.dk, o.dest, o.msg)
+			seq, err = w.send(o.dk, o.dest, o.msg, nil)
 			seqs = append(seqs, seq)
 		case txAck:
 			err = w.ack(o.dk, o.dest, o.seqs)
