@@ -31,10 +31,13 @@
 //     gathered and committed at OnPublished in one transaction that also
 //     removes the pending publish: after a crash either the pending publish
 //     is there, and OnStarted publishes it again to the subscribers of the
-//     restarted server, or its whole fan-out is. A PUBLISH to a subscriber
-//     waits until its inflight record is durable, so a message a client
-//     received is redelivered with its packet ID, never published anew (a
-//     QoS 2 message is delivered once).
+//     restarted server, or its whole fan-out is. That commit is NoSync (the
+//     next synced commit carries it). A QoS 2 PUBLISH to a subscriber waits
+//     until its inflight record is durable (DB.Sync), so a QoS 2 message a
+//     client received is redelivered with its packet ID, never published
+//     anew: it is delivered once. A QoS 1 PUBLISH waits until the record
+//     is applied only: if a crash loses it, the pending publish is still
+//     on disk and is published again (a duplicate, as QoS 1 allows).
 //   - A PUBREL to a subscriber waits for its PUBREL state; a PUBCOMP to a
 //     publisher waits for the removal of the PUBREC state of its packet ID;
 //     CONNACK, SUBACK and UNSUBACK wait for the session and subscription

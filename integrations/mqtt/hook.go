@@ -815,7 +815,7 @@ func (h *Hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet
 // go out before it is durable (if it is lost, its pending publish is
 // still on disk and the restart publishes it again: a QoS 1 duplicate);
 // with durable set (a QoS 2 copy, which must never be delivered twice) the
-// gate also waits for a synced commit after it.
+// gate also waits for DB.Sync.
 func (h *Hook) gate(cl *mqtt.Client, pid uint16, durable bool) {
 	h.mu.Lock()
 	f := h.mu.flights[cl.ID][pid]
@@ -841,18 +841,23 @@ func (h *Hook) gate(cl *mqtt.Client, pid uint16, durable bool) {
 	}
 	h.mu.Lock()
 	needSync := durable && f.noSync && f.commit == c
-	var s *kdb.Commit
-	if needSync {
-		s = h.submitLocked(false, func(tx *kdb.Txn) error { return tx.Put(idxSys, syncKey, []byte{1}) })
+	h.mu.Unlock()
+	if !needSync {
+		return
+	}
+	// c is applied (Wait returned): DB.Sync makes it durable, sharing
+	// its fsync with the writers syncing now.
+	if err := h.db.Sync(); err != nil {
+		h.fail(err)
+		h.Log.Error("kdbmqtt: not sending: the store sync failed; closing the connection", "client", cl.ID, "error", err)
+		cl.Stop(err)
+		return
+	}
+	h.mu.Lock()
+	if f.commit == c {
+		f.noSync = false
 	}
 	h.mu.Unlock()
-	if needSync && h.wait(cl, s, true) {
-		h.mu.Lock()
-		if f.commit == c {
-			f.noSync = false
-		}
-		h.mu.Unlock()
-	}
 }
 
 // release stores the PUBREL state of an outbound QoS 2 message and waits

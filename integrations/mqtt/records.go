@@ -35,10 +35,7 @@ const (
 	maxNamePart   = 300
 )
 
-var (
-	sysKey  = []byte("info")
-	syncKey = []byte("sync") // a synced write that makes the fan-outs before it durable
-)
+var sysKey = []byte("info")
 
 // part returns s as a key part: s itself, or 0x01 followed by the hex
 // SHA-256 of s when s is long or starts with 0x01 (so the two forms never
