@@ -734,8 +734,19 @@ func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int64, rese
 // message is by then in its PUBREL state, whose resend delivers nothing).
 func (h *Hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) { h.dropFlight(cl, pk.PacketID, true) }
 
-// OnQosDropped removes a dropped inflight message.
-func (h *Hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) { h.dropFlight(cl, pk.PacketID, true) }
+// OnQosDropped removes a dropped inflight message, except when cl is a
+// session's old client being taken over: mochi moves its inflight messages
+// to the new client (Inflight.Clone) and then drops them from the old one
+// (ClearInflights), with this event for each, and the new client resends
+// them. Removing their records there lost them if the server stopped before
+// the client acknowledged them. (On a takeover with clean start, mochi drops
+// them before it marks the old client taken over: they go.)
+func (h *Hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
+	if cl.IsTakenOver() {
+		return
+	}
+	h.dropFlight(cl, pk.PacketID, true)
+}
 
 // dropFlight removes a client's inflight record and returns the commit.
 func (h *Hook) dropFlight(cl *mqtt.Client, pid uint16, noSync bool) *kdb.Commit {

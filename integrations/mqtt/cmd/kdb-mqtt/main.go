@@ -1,7 +1,7 @@
 // Command kdb-mqtt is an MQTT v5 (and 3.1.1) broker: mochi-mqtt with its
 // storage on a kdb store (package kdbmqtt).
 //
-//	kdb-mqtt -store DIR [-listen 127.0.0.1:1883] [-metrics 127.0.0.1:9100]
+//	kdb-mqtt -store DIR [-listen 127.0.0.1:1883] [-metrics 127.0.0.1:9100] [-cpuprofile FILE]
 //
 // At start it logs the store's recovery report (free-list path, records
 // replayed, time); with -metrics it serves the store's Stats in the
@@ -19,6 +19,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/kdb-project/kdb"
@@ -33,12 +34,25 @@ func main() {
 	store := flag.String("store", "", "the kdb store's directory (created if missing)")
 	listen := flag.String("listen", "127.0.0.1:1883", "MQTT TCP listen address")
 	metrics := flag.String("metrics", "", "serve Prometheus metrics at http://ADDR/metrics (off if empty)")
+	cpuprofile := flag.String("cpuprofile", "", "write a CPU profile (pprof) to FILE from start to the clean stop")
 	flag.Parse()
 	if *store == "" || flag.NArg() > 0 {
-		fmt.Fprintln(os.Stderr, "usage: kdb-mqtt -store DIR [-listen 127.0.0.1:1883] [-metrics 127.0.0.1:9100]")
+		fmt.Fprintln(os.Stderr, "usage: kdb-mqtt -store DIR [-listen 127.0.0.1:1883] [-metrics 127.0.0.1:9100] [-cpuprofile FILE]")
 		os.Exit(2)
 	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err == nil {
+			err = pprof.StartCPUProfile(f)
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "kdb-mqtt: cpuprofile:", err)
+			os.Exit(1)
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	if err := run(*store, *listen, *metrics); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintln(os.Stderr, "kdb-mqtt:", err)
 		os.Exit(1)
 	}
