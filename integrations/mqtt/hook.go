@@ -71,6 +71,12 @@ type Hook struct {
 	// loaded at Init, handed out by the Stored* events and OnStarted.
 	loadedInflight []storage.Message
 	replay         []pendingMsg
+	// replayed is closed when OnStarted has published the pending
+	// messages again (at Init if there are none): mochi accepts
+	// connections before OnStarted, and a session resumed while the
+	// replay hands it a message would leave that message on the old
+	// client object, which the new one was cloned from.
+	replayed chan struct{}
 }
 
 // flight is what the store holds for one packet ID of a client.
@@ -157,7 +163,14 @@ func (h *Hook) Init(config any) error {
 	h.mu.flights = map[string]map[uint16]*flight{}
 	h.mu.active = map[string]*publish{}
 	h.mu.open = map[string]*publish{}
-	return h.load()
+	h.replayed = make(chan struct{})
+	if err := h.load(); err != nil {
+		return err
+	}
+	if len(h.replay) == 0 {
+		close(h.replayed)
+	}
+	return nil
 }
 
 // load reads the inflight messages and pending publishes, to know what is
@@ -376,7 +389,11 @@ func (h *Hook) barrier(cl *mqtt.Client) {
 // sends a PUBLISH with an alias and no topic, and a message stored that
 // way could not be sent again on the next connection, where the alias
 // means nothing (mochi's own hooks store it so).
+//
+// A connection made while OnStarted publishes the pending messages again
+// waits here until it is done.
 func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
+	<-h.replayed
 	cl.Properties.Props.TopicAliasMaximum = 0
 	h.putClient(cl)
 }
@@ -899,6 +916,10 @@ func (h *Hook) release(cl *mqtt.Client, pid uint16) {
 func (h *Hook) OnStarted() {
 	pend := h.replay
 	h.replay = nil
+	if len(pend) == 0 {
+		return // replayed is closed at Init
+	}
+	defer close(h.replayed)
 	sort.Slice(pend, func(i, j int) bool { return pend[i].seq < pend[j].seq })
 	for _, p := range pend {
 		pk := p.msg.ToPacket()
