@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -51,7 +52,11 @@ func buildBin(t testing.TB, pkg string) string {
 	binMu.Unlock()
 	out := filepath.Join(binDir, filepath.Base(pkg))
 	once.Do(func() {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
+		args := []string{"build", "-o", out}
+		if raceBuild {
+			args = append(args, "-race")
+		}
+		cmd := exec.Command("go", append(args, pkg)...)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			binMu.Lock()
 			binErr[pkg] = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
@@ -104,7 +109,12 @@ func startBroker(t testing.TB, bin string, args ...string) *proc {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { p.kill() })
+	t.Cleanup(func() {
+		p.kill()
+		if l := p.log.String(); strings.Contains(l, "WARNING: DATA RACE") {
+			t.Errorf("the race detector reported a data race in %s:\n%s", filepath.Base(bin), l)
+		}
+	})
 	return p
 }
 
