@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -67,6 +68,9 @@ func TestLossTable(t *testing.T) {
 			}
 			time.Sleep(500*time.Millisecond + time.Duration(rng.IntN(1000))*time.Millisecond)
 			p.kill()
+			if strings.Contains(p.log.String(), "Error saving") {
+				t.Fatalf("%s could not save its store:\n%s", tg.name, p.log.String())
+			}
 			cancel()
 			wg.Wait()
 			p = tg.start(t, dir)
@@ -94,7 +98,13 @@ func startMosquitto(t testing.TB, dir string, autosave int) *proc {
 	conf := filepath.Join(dir, "mosquitto.conf")
 	if _, err := os.Stat(conf); err != nil {
 		mosquittoPort++
+		// user root: started as root, mosquitto otherwise runs as user
+		// mosquitto, who cannot write in the test's directory (every save
+		// fails with "Permission denied" and nothing is ever persisted).
 		text := fmt.Sprintf("listener %d 127.0.0.1\nallow_anonymous true\npersistence true\npersistence_location %s/\nmax_queued_messages 0\nmax_inflight_messages 0\n", mosquittoPort, dir)
+		if os.Geteuid() == 0 {
+			text += "user root\n"
+		}
 		if autosave > 0 {
 			text += fmt.Sprintf("autosave_interval %d\n", autosave)
 		}
