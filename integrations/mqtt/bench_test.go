@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -40,7 +41,11 @@ var brokerKinds = []brokerKind{
 func (k brokerKind) start(tb testing.TB, dir string) *proc {
 	tb.Helper()
 	if k.hook == "kdb" {
-		return startBroker(tb, buildBin(tb, "./cmd/kdb-mqtt"), "-store", dir)
+		args := []string{"-store", dir}
+		if f := os.Getenv("KDB_MQTT_CPUPROFILE"); f != "" {
+			args = append(args, "-cpuprofile", f) // written at the clean stop
+		}
+		return startBroker(tb, buildBin(tb, "./cmd/kdb-mqtt"), args...)
 	}
 	args := []string{"-hook", k.hook, "-store", dir}
 	if k.sync {
