@@ -195,6 +195,9 @@ func populated(b *testing.B, k brokerKind) string {
 		return d
 	}
 	dir := filepath.Join(binDir, "restart-"+k.hook)
+	if err := os.MkdirAll(dir, 0o750); err != nil { // bbolt creates its file, not the directory
+		b.Fatal(err)
+	}
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv, err := brokerconf.NewServer(log)
 	if err != nil {
