@@ -200,7 +200,16 @@ type client struct {
 	connack *paho.Connack
 	mu      sync.Mutex
 	got     []*paho.Publish
+	onRecv  func(*paho.Publish) // if set, called for each PUBLISH before its ack
 	notify  chan struct{}
+}
+
+// setOnRecv sets a function called for each PUBLISH received, before the
+// client acknowledges it.
+func (c *client) setOnRecv(fn func(*paho.Publish)) {
+	c.mu.Lock()
+	c.onRecv = fn
+	c.mu.Unlock()
 }
 
 type connOpts struct {
@@ -222,7 +231,11 @@ func dial(ctx context.Context, addr string, o connOpts) (*client, error) {
 		OnPublishReceived: []func(paho.PublishReceived) (bool, error){func(r paho.PublishReceived) (bool, error) {
 			cl.mu.Lock()
 			cl.got = append(cl.got, r.Packet)
+			fn := cl.onRecv
 			cl.mu.Unlock()
+			if fn != nil {
+				fn(r.Packet)
+			}
 			select {
 			case cl.notify <- struct{}{}:
 			default:

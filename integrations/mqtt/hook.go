@@ -942,6 +942,9 @@ func (h *Hook) OnStarted() {
 func (h *Hook) StoredClients() ([]storage.Client, error) {
 	var out []storage.Client
 	err := h.ns.View(func(s *kdb.Snapshot) error {
+		if n, err := s.Len(idxClients); err == nil {
+			out = make([]storage.Client, 0, n) // sized once, not regrown (and copied) ~20 times for 100,000
+		}
 		return h.scan(s, idxClients, func(k, v []byte) error {
 			c, err := decodeClient(v)
 			if err != nil {
@@ -961,6 +964,9 @@ func (h *Hook) StoredClients() ([]storage.Client, error) {
 func (h *Hook) StoredSubscriptions() ([]storage.Subscription, error) {
 	var out []storage.Subscription
 	err := h.ns.View(func(s *kdb.Snapshot) error {
+		if n, err := s.Len(idxSubs); err == nil {
+			out = make([]storage.Subscription, 0, n) // sized once, not regrown (and copied) ~20 times for 100,000
+		}
 		return h.scan(s, idxSubs, func(k, v []byte) error {
 			sub, err := decodeSub(v)
 			if err != nil {
@@ -977,6 +983,9 @@ func (h *Hook) StoredSubscriptions() ([]storage.Subscription, error) {
 func (h *Hook) StoredRetainedMessages() ([]storage.Message, error) {
 	var out []storage.Message
 	err := h.ns.View(func(s *kdb.Snapshot) error {
+		if n, err := s.Len(idxRetained); err == nil {
+			out = make([]storage.Message, 0, n) // sized once, not regrown (and copied) ~20 times for 100,000
+		}
 		return h.scan(s, idxRetained, func(k, v []byte) error {
 			m, err := decodeMessage(v, "retained")
 			if err != nil {
