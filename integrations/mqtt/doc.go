@@ -75,7 +75,9 @@
 //   - Durable subscriptions: an MQTT subscription is a topic filter with
 //     wildcards matched by mochi, not a named destination.
 //
-// The indexes (values are the JSON of mochi's storage types):
+// The indexes (values are mochi's storage types: storage.Message in the
+// hook's binary encoding, records.go's encodeMessage, with the JSON an
+// earlier version wrote read too; the others in their JSON):
 //
 //	cl   client ID                     → storage.Client
 //	sub  client ID, 0, filter          → storage.Subscription

@@ -535,7 +535,7 @@ func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 	if r == 1 {
 		m := messageOf(storage.RetainedKey, cl.ID, pk)
 		m.FixedHeader.Dup = false
-		val = marshal(m)
+		val = encodeMessage(&m)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -585,14 +585,15 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	rec := messageOf(pendingT, cl.ID, pk)
 	rec.Origin = cl.ID
 	rec.FixedHeader.Dup = false
-	val := marshal(rec)
+	val := encodeMessage(&rec)
 	var rel []byte
 	if pk.FixedHeader.Qos == 2 {
-		rel = marshal(messageOf(storage.InflightKey, cl.ID, packets.Packet{
+		m := messageOf(storage.InflightKey, cl.ID, packets.Packet{
 			FixedHeader: packets.FixedHeader{Type: packets.Pubrec},
 			PacketID:    pk.PacketID,
 			Created:     time.Now().Unix(),
-		}))
+		})
+		rel = encodeMessage(&m)
 	}
 	h.mu.Lock()
 	if old := h.mu.open[cl.ID]; old != nil {
@@ -731,7 +732,7 @@ func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int64, rese
 	m := messageOf(storage.InflightKey, cl.ID, pk)
 	m.FixedHeader.Dup = false
 	m.Sent = sent
-	val := marshal(m)
+	val := encodeMessage(&m)
 	f := &flight{kind: pk.FixedHeader.Type, created: pk.Created}
 	fl[pk.PacketID] = f
 	if p := h.mu.active[pk.Connect.ClientIdentifier]; p != nil && pk.FixedHeader.Type == packets.Publish {
@@ -897,11 +898,12 @@ func (h *Hook) release(cl *mqtt.Client, pid uint16) {
 		h.mu.Unlock()
 		return
 	}
-	val := marshal(messageOf(storage.InflightKey, cl.ID, packets.Packet{
+	m := messageOf(storage.InflightKey, cl.ID, packets.Packet{
 		FixedHeader: packets.FixedHeader{Type: packets.Pubrel, Qos: 1},
 		PacketID:    pid,
 		Created:     f.created,
-	}))
+	})
+	val := encodeMessage(&m)
 	key := inflightKey(cl.ID, pid)
 	c := h.submitLocked(false, func(tx *kdb.Txn) error { return tx.Put(idxInflight, key, val) })
 	f.kind, f.commit = packets.Pubrel, c

@@ -1,6 +1,7 @@
 package kdbmqtt
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -12,10 +13,10 @@ import (
 	"github.com/mochi-mqtt/server/v2/packets"
 )
 
-// The hook's indexes, in namespace Namespace of the store. Values are the
-// JSON of mochi's storage types (storage.Client, storage.Subscription,
-// storage.Message, storage.SystemInfo), so that a record reads back as the
-// Stored* events hand it to the server.
+// The hook's indexes, in namespace Namespace of the store. Values are
+// mochi's storage types, as the Stored* events hand them to the server:
+// storage.Message in encodeMessage's binary form, storage.Client,
+// storage.Subscription and storage.SystemInfo in their JSON.
 const (
 	// Namespace is the kdb namespace the hook keeps its indexes in.
 	Namespace = "mq"
@@ -165,16 +166,201 @@ func decodeSub(v []byte) (storage.Subscription, error) {
 	return s, nil
 }
 
+// decodeMessage reads a message record: the hook's binary encoding
+// (encodeMessage), or the JSON of storage.Message that earlier versions of
+// the hook wrote (it starts with '{').
 func decodeMessage(v []byte, what string) (storage.Message, error) {
 	var m storage.Message
 	if len(v) == 0 {
 		return m, fmt.Errorf("%w: empty %s record", errMalformed, what)
 	}
-	if err := m.UnmarshalBinary(v); err != nil {
-		return m, fmt.Errorf("%w: %s: %v", errMalformed, what, err)
+	switch v[0] {
+	case msgFormat:
+		r := reader{b: v[1:]}
+		r.message(&m)
+		if r.err != nil {
+			return storage.Message{}, fmt.Errorf("%w: %s: %v", errMalformed, what, r.err)
+		}
+	case '{':
+		if err := m.UnmarshalBinary(v); err != nil {
+			return m, fmt.Errorf("%w: %s: %v", errMalformed, what, err)
+		}
+	default:
+		return m, fmt.Errorf("%w: %s record of unknown format %#x", errMalformed, what, v[0])
 	}
 	if m.FixedHeader.Qos > 2 {
 		return m, fmt.Errorf("%w: %s record with QoS %d", errMalformed, what, m.FixedHeader.Qos)
 	}
 	return m, nil
+}
+
+// msgFormat is the first byte of a message record in the binary encoding
+// (JSON records start with '{').
+const msgFormat = 0x01
+
+// encodeMessage is the stored form of a message (retained, inflight,
+// pending): msgFormat, then the fields of storage.Message in a fixed
+// order, strings and byte strings as a uvarint length and the bytes,
+// numbers as varints. Its JSON (storage.Message.MarshalBinary) costs more
+// to write and, at a restart with many retained messages, several times
+// more to read (the payload is base64 in it).
+func encodeMessage(m *storage.Message) []byte {
+	p := &m.Properties
+	n := 48 + len(m.T) + len(m.ID) + len(m.Client) + len(m.Origin) + len(m.TopicName) + len(m.Payload) +
+		len(p.CorrelationData) + len(p.ContentType) + len(p.ResponseTopic) + 10*len(p.SubscriptionIdentifier)
+	for _, u := range p.User {
+		n += 4 + len(u.Key) + len(u.Val)
+	}
+	b := make([]byte, 0, n)
+	b = append(b, msgFormat)
+	for _, s := range []string{m.T, m.ID, m.Client, m.Origin, m.TopicName} {
+		b = appendString(b, s)
+	}
+	var flags byte
+	if m.FixedHeader.Dup {
+		flags |= 1
+	}
+	if m.FixedHeader.Retain {
+		flags |= 2
+	}
+	b = binary.AppendVarint(b, int64(m.FixedHeader.Remaining))
+	b = append(b, m.FixedHeader.Type, m.FixedHeader.Qos, flags)
+	b = binary.AppendVarint(b, m.Created)
+	b = binary.AppendVarint(b, m.Sent)
+	b = binary.BigEndian.AppendUint16(b, m.PacketID)
+	b = appendString(b, string(m.Payload))
+	b = appendString(b, string(p.CorrelationData))
+	b = binary.AppendUvarint(b, uint64(len(p.SubscriptionIdentifier)))
+	for _, id := range p.SubscriptionIdentifier {
+		b = binary.AppendVarint(b, int64(id))
+	}
+	b = binary.AppendUvarint(b, uint64(len(p.User)))
+	for _, u := range p.User {
+		b = appendString(b, u.Key)
+		b = appendString(b, u.Val)
+	}
+	b = appendString(b, p.ContentType)
+	b = appendString(b, p.ResponseTopic)
+	b = binary.AppendUvarint(b, uint64(p.MessageExpiryInterval))
+	b = binary.AppendUvarint(b, uint64(p.TopicAlias))
+	var pf byte
+	if p.PayloadFormatFlag {
+		pf = 1
+	}
+	return append(b, p.PayloadFormat, pf)
+}
+
+func appendString(b []byte, s string) []byte {
+	b = binary.AppendUvarint(b, uint64(len(s)))
+	return append(b, s...)
+}
+
+// reader decodes encodeMessage's fields; the first error sticks, and every
+// read after it returns zero values.
+type reader struct {
+	b   []byte
+	err error
+}
+
+func (r *reader) fail(what string) {
+	if r.err == nil {
+		r.err = fmt.Errorf("truncated or damaged at %s", what)
+	}
+	r.b = nil
+}
+
+func (r *reader) uvarint(what string, max uint64) uint64 {
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 || v > max {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) varint(what string) int64 {
+	v, n := binary.Varint(r.b)
+	if n <= 0 {
+		r.fail(what)
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *reader) byte(what string) byte {
+	if len(r.b) < 1 {
+		r.fail(what)
+		return 0
+	}
+	c := r.b[0]
+	r.b = r.b[1:]
+	return c
+}
+
+// raw returns a length-prefixed byte string (aliasing the record).
+func (r *reader) raw(what string) []byte {
+	n := r.uvarint(what, uint64(len(r.b)))
+	if r.err != nil || n > uint64(len(r.b)) {
+		r.fail(what)
+		return nil
+	}
+	s := r.b[:n:n]
+	r.b = r.b[n:]
+	return s
+}
+
+func (r *reader) string(what string) string { return string(r.raw(what)) }
+
+// bytes is raw, copied (nil if empty).
+func (r *reader) bytes(what string) []byte {
+	s := r.raw(what)
+	if len(s) == 0 {
+		return nil
+	}
+	return bytes.Clone(s)
+}
+
+func (r *reader) message(m *storage.Message) {
+	m.T = r.string("type")
+	m.ID = r.string("id")
+	m.Client = r.string("client")
+	m.Origin = r.string("origin")
+	m.TopicName = r.string("topic")
+	m.FixedHeader.Remaining = int(r.varint("remaining length"))
+	m.FixedHeader.Type = r.byte("packet type")
+	m.FixedHeader.Qos = r.byte("qos")
+	flags := r.byte("flags")
+	m.FixedHeader.Dup, m.FixedHeader.Retain = flags&1 != 0, flags&2 != 0
+	m.Created = r.varint("created")
+	m.Sent = r.varint("sent")
+	if hi, lo := r.byte("packet id"), r.byte("packet id"); r.err == nil {
+		m.PacketID = uint16(hi)<<8 | uint16(lo)
+	}
+	m.Payload = r.bytes("payload")
+	p := &m.Properties
+	p.CorrelationData = r.bytes("correlation data")
+	if n := r.uvarint("subscription identifiers", uint64(len(r.b))); n > 0 {
+		p.SubscriptionIdentifier = make([]int, n)
+		for i := range p.SubscriptionIdentifier {
+			p.SubscriptionIdentifier[i] = int(r.varint("subscription identifier"))
+		}
+	}
+	if n := r.uvarint("user properties", uint64(len(r.b)/2)); n > 0 {
+		p.User = make([]packets.UserProperty, n)
+		for i := range p.User {
+			p.User[i].Key = r.string("user property")
+			p.User[i].Val = r.string("user property")
+		}
+	}
+	p.ContentType = r.string("content type")
+	p.ResponseTopic = r.string("response topic")
+	p.MessageExpiryInterval = uint32(r.uvarint("message expiry", 1<<32-1))
+	p.TopicAlias = uint16(r.uvarint("topic alias", 1<<16-1))
+	p.PayloadFormat = r.byte("payload format")
+	p.PayloadFormatFlag = r.byte("payload format flag") != 0
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%d bytes after the record", len(r.b))
+	}
 }
