@@ -3,7 +3,8 @@
 //	go run ./internal/plotbench results/bench.txt results/mqtt.png
 //
 // One bar group per measure (QoS 1 msgs/s with 1 and 16 publishers,
-// restart-ms), one bar per hook: the mean of the runs, with the range.
+// restart-ms), one bar per hook: the mean of the runs, a line from the
+// lowest to the highest run.
 package main
 
 import (
@@ -57,13 +58,20 @@ func main() {
 	}
 	sort.Strings(measures)
 	hooks := []string{"kdb", "pebble-sync", "bolt", "pebble"}
-	img := vgimg.New(vg.Length(len(measures))*4*vg.Inch, 4*vg.Inch)
+	label := map[string]string{ // which setting is durable (README: "What an acknowledgement means")
+		"kdb":         "kdb, durable",
+		"pebble-sync": "pebble Sync, durable",
+		"bolt":        "bolt, durable",
+		"pebble":      "pebble NoSync, not durable",
+	}
+	img := vgimg.New(vg.Length(len(measures))*4.5*vg.Inch, 4*vg.Inch)
 	dc := draw.New(img)
 	tiles := draw.Tiles{Rows: 1, Cols: len(measures), PadX: vg.Millimeter * 4}
 	for i, ms := range measures {
 		p := plot.New()
 		p.Title.Text = ms
 		w := vg.Points(14)
+		top := 0.0
 		for j, h := range hooks {
 			xs := vals[ms][h]
 			if len(xs) == 0 {
@@ -80,12 +88,20 @@ func main() {
 				panic(err)
 			}
 			bars.Color = plotutil.Color(j)
-			bars.Offset = vg.Length(j-len(hooks)/2) * w
+			bars.XMin = float64(j)
 			p.Add(bars)
-			p.Legend.Add(fmt.Sprintf("%s (%.0f-%.0f)", h, lo, hi), bars)
+			// The range of the runs, at the bar's centre.
+			if l, err := plotter.NewLine(plotter.XYs{{X: float64(j), Y: lo}, {X: float64(j), Y: hi}}); err == nil {
+				l.Width = vg.Points(2)
+				p.Add(l)
+			}
+			p.Legend.Add(fmt.Sprintf("%s: %.0f-%.0f", label[h], lo, hi), bars)
+			top = max(top, hi)
 		}
+		p.Y.Min, p.Y.Max = 0, top*1.6 // room for the legend above the bars
 		p.Legend.Top = true
-		p.NominalX("")
+		p.Legend.Left = true
+		p.NominalX(hooks...)
 		p.Draw(tiles.At(dc, i, 0))
 	}
 	out, err := os.Create(os.Args[2])
