@@ -2,8 +2,8 @@
 //
 //	go run ./internal/plotbench results/bench.txt results/mqtt.png
 //
-// One bar group per measure (QoS 1 msgs/s with 1 and 16 publishers,
-// restart-ms), one bar per hook: the mean of the runs, a line from the
+// One bar group per measure (QoS 1 msgs/s with 1 and 16 publishers, the
+// broker's CPU time per message with 16, restart-ms), one bar per hook: the mean of the runs, a line from the
 // lowest to the highest run.
 package main
 
@@ -23,7 +23,10 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-var line = regexp.MustCompile(`^BenchmarkMQTT/(publish|restart)/hook=([\w-]+)(?:/pubs=(\d+))?-\d+\s+\d+\s+([\d.]+) (msgs/s|restart-ms)`)
+var (
+	line   = regexp.MustCompile(`^BenchmarkMQTT/(publish|restart)/hook=([\w-]+)(?:/pubs=(\d+))?-\d+\s+\d+\s`)
+	metric = regexp.MustCompile(`([\d.]+) (msgs/s|restart-ms|broker-cpu-us/msg)`)
+)
 
 func main() {
 	if len(os.Args) != 3 {
@@ -42,15 +45,25 @@ func main() {
 		if m == nil {
 			continue
 		}
-		measure := "restart (ms)"
-		if m[1] == "publish" {
-			measure = "QoS 1 msgs/s, " + m[3] + " publisher(s)"
+		for _, mm := range metric.FindAllStringSubmatch(sc.Text(), -1) {
+			var measure string
+			switch mm[2] {
+			case "restart-ms":
+				measure = "restart (ms)"
+			case "msgs/s":
+				measure = "QoS 1 msgs/s, " + m[3] + " publisher(s)"
+			case "broker-cpu-us/msg":
+				if m[3] != "16" {
+					continue
+				}
+				measure = "broker CPU µs per message, 16 publishers"
+			}
+			v, _ := strconv.ParseFloat(mm[1], 64)
+			if vals[measure] == nil {
+				vals[measure] = map[string][]float64{}
+			}
+			vals[measure][m[2]] = append(vals[measure][m[2]], v)
 		}
-		v, _ := strconv.ParseFloat(m[4], 64)
-		if vals[measure] == nil {
-			vals[measure] = map[string][]float64{}
-		}
-		vals[measure][m[2]] = append(vals[measure][m[2]], v)
 	}
 	measures := make([]string, 0, len(vals))
 	for k := range vals {
