@@ -24,8 +24,8 @@ import (
 )
 
 var (
-	line   = regexp.MustCompile(`^BenchmarkMQTT/(publish|restart)/hook=([\w-]+)(?:/pubs=(\d+))?-\d+\s+\d+\s`)
-	metric = regexp.MustCompile(`([\d.]+) (msgs/s|restart-ms|broker-cpu-us/msg)`)
+	line   = regexp.MustCompile(`^BenchmarkMQTT/(?:publish/hook=([\w-]+)/pubs=(\d+)|restart)-\d+\s+\d+\s`)
+	metric = regexp.MustCompile(`([\d.]+) (msgs/s|broker-cpu-us/msg|([\w-]+)-restart-ms)\b`)
 )
 
 func main() {
@@ -47,22 +47,26 @@ func main() {
 		}
 		for _, mm := range metric.FindAllStringSubmatch(sc.Text(), -1) {
 			var measure string
-			switch mm[2] {
-			case "restart-ms":
-				measure = "restart (ms)"
-			case "msgs/s":
-				measure = "QoS 1 msgs/s, " + m[3] + " publisher(s)"
-			case "broker-cpu-us/msg":
-				if m[3] != "16" {
+			hook := m[1]
+			switch {
+			case mm[3] != "":
+				measure, hook = "restart (ms)", mm[3]
+			case mm[2] == "msgs/s":
+				measure = "QoS 1 msgs/s, " + m[2] + " publisher(s)"
+			case mm[2] == "broker-cpu-us/msg":
+				if m[2] != "16" {
 					continue
 				}
 				measure = "broker CPU µs per message, 16 publishers"
+			}
+			if hook == "" {
+				continue
 			}
 			v, _ := strconv.ParseFloat(mm[1], 64)
 			if vals[measure] == nil {
 				vals[measure] = map[string][]float64{}
 			}
-			vals[measure][m[2]] = append(vals[measure][m[2]], v)
+			vals[measure][hook] = append(vals[measure][hook], v)
 		}
 	}
 	measures := make([]string, 0, len(vals))
