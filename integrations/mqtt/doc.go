@@ -102,5 +102,10 @@
 // 0x80 and up) are not stored; the session-expiry flag is stored, so an
 // expiry survives a restart; an expired session's subscriptions and inflight
 // messages are removed with it; removing a retained message that was not
-// there writes a removal, not an empty retained message.
+// there writes a removal, not an empty retained message; a resumed
+// session keeps its inflight records (mochi moves the messages to the new
+// client and reports them dropped from the old one: OnQosDropped on a
+// client taken over is ignored); a connection made while OnStarted
+// publishes the pending messages again waits until it is done; message
+// records are in a binary encoding, not JSON.
 package kdbmqtt
