@@ -1,0 +1,111 @@
+// Package kdbmqtt is a storage hook for the mochi-mqtt broker
+// (github.com/mochi-mqtt/server/v2) on a kdb store: sessions,
+// subscriptions, retained messages, inflight QoS 1 and 2 messages and the
+// server's counters, stored and loaded through the events of mochi's own
+// storage hooks (hooks/storage: bolt, badger, pebble, redis).
+//
+//	db, err := kdb.Open(dir, nil)
+//	srv := mqtt.New(&mqtt.Options{})
+//	err = srv.AddHook(new(kdbmqtt.Hook), &kdbmqtt.Options{DB: db, Server: srv})
+//	... add listeners, srv.Serve(), and at the end srv.Close(), db.Close()
+//
+// Add it after every other hook whose OnPublish may change or reject a
+// message: it stores what reaches it.
+//
+// # What an acknowledgement means
+//
+// mochi writes a publisher's PUBACK (PUBREC for QoS 2) before it hands the
+// message to the subscribers, and so before any storage hook hears of the
+// subscribers' copies (OnQosPublish); it writes CONNACK, SUBACK and UNSUBACK
+// after the events that store what they acknowledge, without waiting for a
+// hook. A storage hook that writes in those events therefore acknowledges
+// what may not be on disk, whatever its sync setting. This hook holds every
+// acknowledgement until what it acknowledges is durable (OnPacketEncode, the
+// last event before a packet is written):
+//
+//   - OnPublish (before the ack) stores the message as a pending publish
+//     (index "pub"), with the PUBREC state of its packet ID for QoS 2;
+//     OnRetainMessage stores or removes the retained copy; the PUBACK or
+//     PUBREC waits for both.
+//   - The subscribers' inflight copies (OnQosPublish during the fan-out) are
+//     gathered and committed at OnPublished in one transaction that also
+//     removes the pending publish: after a crash either the pending publish
+//     is there, and OnStarted publishes it again to the subscribers of the
+//     restarted server, or its whole fan-out is. That commit is NoSync (the
+//     next synced commit carries it). A QoS 2 PUBLISH to a subscriber waits
+//     until its inflight record is durable (DB.Sync), so a QoS 2 message a
+//     client received is redelivered with its packet ID, never published
+//     anew: it is delivered once. A QoS 1 PUBLISH waits until the record
+//     is applied only: if a crash loses it, the pending publish is still
+//     on disk and is published again (a duplicate, as QoS 1 allows).
+//   - A PUBREL to a subscriber waits for its PUBREL state; a PUBCOMP to a
+//     publisher waits for the removal of the PUBREC state of its packet ID;
+//     CONNACK, SUBACK and UNSUBACK wait for the session and subscription
+//     writes of their client.
+//   - Removals of completed inflight messages, of expired sessions and the
+//     server counters are not synced (a lost removal redelivers a QoS 1
+//     message, as QoS 1 allows; a QoS 2 message is by then in its PUBREL
+//     state, whose resend delivers nothing).
+//
+// Writes are kdb's ordered commits (Submit): queued in event order, they
+// share fsyncs across clients, and a publisher's next message is read and
+// stored while the previous fan-out's commit is being synced; no event
+// waits for a disk except the packets above. If a write fails, the packet
+// that would acknowledge it is not sent: the hook closes the connection.
+//
+// # kdb's broker store or the key-value API
+//
+// Everything is in the key-value API, in namespace "mq" (Namespace): the
+// broker store's semantics do not fit here, for these reasons.
+//
+//   - Inflight messages per client as a broker queue: mochi keys inflight
+//     messages by packet ID, replaces them under the same ID, and moves a
+//     QoS 2 message from PUBLISH to PUBREL in place; a queue appends under
+//     its own sequence numbers and removes by them, so each replacement
+//     would be an Ack and a Send in a broker transaction, keyed through a
+//     second map of packet IDs to sequences.
+//   - Acks: every broker write (Send, Ack, Tx.Commit) waits for its fsync,
+//     except AckAsync, and the broker has no unwaited transaction. The
+//     fan-out commit (a message's copies for N clients plus the removal of
+//     its pending record, atomically) runs in the publisher's goroutine right
+//     after mochi sent the PUBACK, and the removals in the subscribers'
+//     read goroutines: waiting there would cost one fsync per message per
+//     client on paths that must not wait, where Submit queues the commit
+//     and lets the next message's fsync carry it.
+//   - Durable subscriptions: an MQTT subscription is a topic filter with
+//     wildcards matched by mochi, not a named destination.
+//
+// The indexes (values are mochi's storage types: storage.Message in the
+// hook's binary encoding, records.go's encodeMessage, with the JSON an
+// earlier version wrote read too; the others in their JSON):
+//
+//	cl   client ID                     → storage.Client
+//	sub  client ID, 0, filter          → storage.Subscription
+//	ret  topic                         → storage.Message (retained)
+//	if   client ID, 0, packet ID (BE)  → storage.Message (inflight: PUBLISH, PUBREC or PUBREL state)
+//	pub  sequence (8 bytes, BE)        → storage.Message (acknowledged, fan-out not yet committed)
+//	sys  "info"                        → storage.SystemInfo
+//
+// A client ID longer than 200 bytes, or a filter or topic longer than 300,
+// is keyed by its SHA-256 (the value keeps the name).
+//
+// # Bad records
+//
+// A stored record that does not decode, lacks what the server needs, or
+// whose value kdb cannot read (kdb.ErrCorrupt) is logged at error level
+// ("kdbmqtt: skipping a malformed stored record", with its index and key)
+// and skipped; the server starts with the others.
+//
+// # What differs from mochi's own hooks
+//
+// Besides the acknowledgements above: refused subscriptions (reason code
+// 0x80 and up) are not stored; the session-expiry flag is stored, so an
+// expiry survives a restart; an expired session's subscriptions and inflight
+// messages are removed with it; removing a retained message that was not
+// there writes a removal, not an empty retained message; a resumed
+// session keeps its inflight records (mochi moves the messages to the new
+// client and reports them dropped from the old one: OnQosDropped on a
+// client taken over is ignored); a connection made while OnStarted
+// publishes the pending messages again waits until it is done; message
+// records are in a binary encoding, not JSON.
+package kdbmqtt

@@ -1,0 +1,5 @@
+//go:build !race
+
+package kdbmqtt_test
+
+const raceBuild = false
