@@ -100,6 +100,9 @@ func (db *DB) commit(ops []op) error { return db.commitAsync(ops, false, false) 
 // caller's to give away (a transaction's, compaction's), not a Batch's the
 // caller may reuse.
 func (db *DB) commitAsync(ops []op, async, own bool) error {
+	if err := db.waitForRoom(); err != nil {
+		return err
+	}
 	if err := db.lockTx("a write"); err != nil {
 		return err
 	}
@@ -124,9 +127,8 @@ func (db *DB) submit(ops []op, async, own bool) (*commitReq, error) {
 		return nil, err
 	}
 	req.async = async
-	if err := db.waitForRoom(); err != nil {
-		return nil, err
-	}
+	// The caller waited for room before it took txMu (waitForRoom): a
+	// writer waits there, not while the writers behind it wait for txMu.
 	db.register(req)
 	q := &db.cq
 	q.mu.Lock()

@@ -237,18 +237,15 @@ func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) 
 		return nil, err
 	}
 	defer db.writeMu.RUnlock()
+	if err := db.waitForRoom(); err != nil { // also says whether the handle takes writes
+		return nil, err
+	}
 	if err := db.lockTx("Submit"); err != nil {
 		return nil, err
 	}
 	defer db.txMu.Unlock()
 	db.enterFn()
 	defer db.leaveFn()
-	db.mu.Lock()
-	err := db.writableLocked()
-	db.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
 	db.cleanup()
 	tx := &Txn{db: db, prefix: prefix, ordered: true}
 	if err := db.runTxn(tx, fn); err != nil {
