@@ -9,6 +9,7 @@ import (
 	"github.com/kdb-project/kdb/internal/codec"
 	"math"
 	"sort"
+	"sync"
 )
 
 // The message store of a broker (queues, topics, durable subscriptions,
@@ -146,9 +147,33 @@ type destRec struct {
 func seqKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
 
 // idTree returns the name of a destination's or subscription's tree.
+// Names are made once (a broker names the same few trees over and over).
 func idTree(prefix string, id uint64) string {
-	return string(binary.BigEndian.AppendUint64([]byte(prefix), id))
+	k := idTreeKey{prefix, id}
+	idTrees.RLock()
+	name, ok := idTrees.m[k]
+	idTrees.RUnlock()
+	if ok {
+		return name
+	}
+	name = string(binary.BigEndian.AppendUint64([]byte(prefix), id))
+	idTrees.Lock()
+	if len(idTrees.m) < 1<<14 {
+		idTrees.m[k] = name
+	}
+	idTrees.Unlock()
+	return name
 }
+
+type idTreeKey struct {
+	prefix string
+	id     uint64
+}
+
+var idTrees = struct {
+	sync.RWMutex
+	m map[idTreeKey]string
+}{m: map[idTreeKey]string{}}
 
 func u64(v uint64) []byte { return binary.LittleEndian.AppendUint64(nil, v) }
 
@@ -184,12 +209,15 @@ func destKey(kind DestKind, name string) []byte {
 	return append([]byte{byte(kind)}, name...)
 }
 
-func decodeDestRec(key, v []byte) (*destRec, error) {
+func decodeDestRec(key, v []byte) (*destRec, error) { return decodeDestRecOwned(bytes.Clone(key), v) }
+
+// decodeDestRecOwned is decodeDestRec for a key the record may keep.
+func decodeDestRecOwned(key, v []byte) (*destRec, error) {
 	if len(v) != destRecSize {
 		return nil, fmt.Errorf("%w: broker destination %q: record of %d bytes", kdb.ErrCorrupt, key, len(v))
 	}
 	le := binary.LittleEndian
-	return &destRec{key: bytes.Clone(key), id: le.Uint64(v), nextSeq: le.Uint64(v[8:]), count: le.Uint64(v[16:]), nbytes: le.Uint64(v[24:])}, nil
+	return &destRec{key: key, id: le.Uint64(v), nextSeq: le.Uint64(v[8:]), count: le.Uint64(v[16:]), nbytes: le.Uint64(v[24:])}, nil
 }
 
 func (d *destRec) encode() []byte {
@@ -215,7 +243,7 @@ func (w *bwrite) dest(kind DestKind, name string, create bool) (*destRec, error)
 	}
 	var d *destRec
 	if ok {
-		if d, err = decodeDestRec(key, v); err != nil {
+		if d, err = decodeDestRecOwned(key, v); err != nil {
 			return nil, err
 		}
 	} else {
