@@ -19,28 +19,6 @@ import (
 	"github.com/kdb-project/kdb/vfs"
 )
 
-// campaignOptions keeps checkpoints under the workload's control, so that a
-// crash point names one step in progress, and uses small segments so that
-// the journal rotates and is collected.
-func campaignOptions(fs vfs.FS) *kdb.Options {
-	return &kdb.Options{
-		FS:                   fs,
-		SegmentSize:          128 << 10,
-		CheckpointInterval:   -1,
-		CheckpointBytes:      1 << 40,
-		CheckpointDirtyPages: 1 << 20,
-	}
-}
-
-// campaignSettings are the power-loss models: drop every unsynced sector,
-// keep them all, keep half, keep half with garbage.
-var campaignSettings = []vfs.CrashOptions{
-	{KeepUnsynced: 0},
-	{KeepUnsynced: 1},
-	{KeepUnsynced: 0.5},
-	{KeepUnsynced: 0.5, GarbageUnsynced: 0.2},
-}
-
 type campaignCounts struct {
 	points, lost, failedOpens, checkFailures, scanWithoutReason, idMismatch, second, trusted, lies, proven atomic.Int64
 }
@@ -230,11 +208,11 @@ func campaigns() []campaign {
 	}
 	pick := func(v [3]int) int { return v[mode] }
 	cs := []campaign{
-		{name: "sequential", writers: 1, steps: pick([3]int{60, 300, 1500}), gen: dbtest.Workload, opts: campaignOptions,
+		{name: "sequential", writers: 1, steps: pick([3]int{60, 300, 1500}), gen: dbtest.Workload, opts: dbtest.CampaignOptions,
 			every: 1, recoveryEvery: 30},
 		// Several writers: the commit leader groups their batches into one
 		// journal batch, and the crash points fall inside those groups.
-		{name: "writers=4", writers: 4, steps: pick([3]int{12, 30, 200}), gen: dbtest.Workload, opts: campaignOptions,
+		{name: "writers=4", writers: 4, steps: pick([3]int{12, 30, 200}), gen: dbtest.Workload, opts: dbtest.CampaignOptions,
 			every: pick([3]int{3, 2, 1}), recoveryEvery: 25},
 		// A store with deep trees and overflow chains: values inline,
 		// up to a few pages long, over thousands of keys.
@@ -247,9 +225,9 @@ func campaigns() []campaign {
 	return cs
 }
 
-// largeOptions are campaignOptions with values kept in the B-tree.
+// largeOptions are dbtest.CampaignOptions with values kept in the B-tree.
 func largeOptions(fs vfs.FS) *kdb.Options {
-	o := campaignOptions(fs)
+	o := dbtest.CampaignOptions(fs)
 	o.ValueThreshold = -1
 	o.SegmentSize = 1 << 20
 	return o
@@ -397,14 +375,14 @@ func runCampaign(t *testing.T, cfg campaign, seed uint64, c *campaignCounts) {
 		if len(failures) > 5 {
 			return nil
 		}
-		for i, o := range campaignSettings {
+		for i, o := range dbtest.CampaignSettings {
 			o.Seed = int64(seed)*1_000_003 + k*7 + int64(i)
 			img := mem.CrashClone(o)
 			if msg := verifyImage(img, ex, cfg.opts, c); msg != "" {
 				failures = append(failures, fmt.Sprintf("%s: seed %d, op %d (%s %s), steps %v, setting %+v: %s", cfg.name, seed, k, e.Op, e.Path, ex.steps, o, msg))
 				continue
 			}
-			if point%int64(cfg.recoveryEvery) == 0 && i == int(point/int64(cfg.recoveryEvery))%len(campaignSettings) {
+			if point%int64(cfg.recoveryEvery) == 0 && i == int(point/int64(cfg.recoveryEvery))%len(dbtest.CampaignSettings) {
 				if msg := crashRecovery(img, ex, cfg.opts, o, c); msg != "" {
 					failures = append(failures, fmt.Sprintf("%s: seed %d, op %d, steps %v, setting %+v: %s", cfg.name, seed, k, ex.steps, o, msg))
 				}
@@ -526,16 +504,16 @@ func TestDB_ProcessCrashThenPowerLoss(t *testing.T) {
 				unsyncedJournal.Add(1) // the journal's records of this round are in the OS cache only
 			}
 			proc := mem.ProcessCrashClone()
-			o := campaignOptions(proc)
+			o := dbtest.CampaignOptions(proc)
 			o.CheckpointBeforeServing = true
 			db2, err := kdb.Open("/db", o)
 			if err != nil {
 				failures = append(failures, fmt.Sprintf("seed %d, op %d (%s %s), step %d: second process: open: %v", seed, k, e.Op, e.Path, step, err))
 				return nil
 			}
-			for i, so := range campaignSettings {
+			for i, so := range dbtest.CampaignSettings {
 				so.Seed = int64(seed)<<32 + k<<4 + int64(i)
-				if msg := verifyImage(proc.CrashClone(so), single(models, step), campaignOptions, &c); msg != "" {
+				if msg := verifyImage(proc.CrashClone(so), single(models, step), dbtest.CampaignOptions, &c); msg != "" {
 					failures = append(failures, fmt.Sprintf("seed %d, op %d (%s %s), step %d, power loss %+v after the second process recovered: %s", seed, k, e.Op, e.Path, step, so, msg))
 					break
 				}
@@ -543,7 +521,7 @@ func TestDB_ProcessCrashThenPowerLoss(t *testing.T) {
 			_ = db2.Close()
 			return nil
 		}
-		db, err := kdb.Open("/db", campaignOptions(vfs.Intercept(mem, hook)))
+		db, err := kdb.Open("/db", dbtest.CampaignOptions(vfs.Intercept(mem, hook)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -562,7 +540,7 @@ func TestDB_ProcessCrashThenPowerLoss(t *testing.T) {
 		}
 	}
 	t.Logf("process-crash-points=%d (%d at a journal sync) acknowledged-lost=%d failed-opens=%d check-failures=%d (%d steps, every %d mutating ops, 2 seeds, %d power-loss settings each)",
-		c.points.Load()/int64(len(campaignSettings)), unsyncedJournal.Load(), c.lost.Load(), c.failedOpens.Load(), c.checkFailures.Load(), steps, every, len(campaignSettings))
+		c.points.Load()/int64(len(dbtest.CampaignSettings)), unsyncedJournal.Load(), c.lost.Load(), c.failedOpens.Load(), c.checkFailures.Load(), steps, every, len(dbtest.CampaignSettings))
 	if unsyncedJournal.Load() == 0 {
 		t.Fatal("no crash point fell between a journal write and its sync: the test does not exercise the sync at open")
 	}

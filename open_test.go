@@ -11,6 +11,7 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/kdbtest"
+	"github.com/kdb-project/kdb/internal/kdbtest/dbtest"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -161,7 +162,7 @@ func TestOpen_CrashDuringCreation(t *testing.T) {
 	}
 	points := 0
 	for k := 1; k <= total+1; k++ {
-		for i, o := range campaignSettings {
+		for i, o := range dbtest.CampaignSettings {
 			o.Seed = int64(k*10 + i)
 			cr := kdbtest.CrashAt(vfs.NewMem(), k, o)
 			acked := run(cr.FS())

@@ -13,31 +13,9 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/broker"
+	"github.com/kdb-project/kdb/internal/kdbtest/dbtest"
 	"github.com/kdb-project/kdb/vfs"
 )
-
-// campaignOptions and campaignSettings are the root crash campaign's
-// (crash_test.go in the root package): checkpoints under the workload's
-// control, so that a crash point names one step in progress, and small
-// segments so that the journal rotates and is collected.
-func campaignOptions(fs vfs.FS) *kdb.Options {
-	return &kdb.Options{
-		FS:                   fs,
-		SegmentSize:          128 << 10,
-		CheckpointInterval:   -1,
-		CheckpointBytes:      1 << 40,
-		CheckpointDirtyPages: 1 << 20,
-	}
-}
-
-// campaignSettings are the power-loss models: drop every unsynced sector,
-// keep them all, keep half, keep half with garbage.
-var campaignSettings = []vfs.CrashOptions{
-	{KeepUnsynced: 0},
-	{KeepUnsynced: 1},
-	{KeepUnsynced: 0.5},
-	{KeepUnsynced: 0.5, GarbageUnsynced: 0.2},
-}
 
 // asyncModel is what the async-ack workload has been told so far.
 type asyncModel struct {
@@ -92,7 +70,7 @@ type asyncCounts struct {
 // second crash.
 func verifyAsyncImage(img *vfs.MemFS, m *asyncModel, sent, acked, durable map[string]bool, deep bool, c *asyncCounts) string {
 	c.points.Add(1)
-	db, err := kdb.Open("/db", campaignOptions(img))
+	db, err := kdb.Open("/db", dbtest.CampaignOptions(img))
 	if err != nil {
 		return fmt.Sprintf("open: %v", err)
 	}
@@ -170,7 +148,7 @@ func verifyAsyncImage(img *vfs.MemFS, m *asyncModel, sent, acked, durable map[st
 	if _, err := b.Send(broker.Queue, "q", &broker.Message{ID: "after"}); err != nil {
 		return fmt.Sprintf("send after recovery: %v", err)
 	}
-	db2, err := kdb.Open("/db", campaignOptions(img.CrashClone(vfs.CrashOptions{})))
+	db2, err := kdb.Open("/db", dbtest.CampaignOptions(img.CrashClone(vfs.CrashOptions{})))
 	if err != nil {
 		return fmt.Sprintf("open after a second crash: %v", err)
 	}
@@ -247,7 +225,7 @@ func runAsyncCampaign(t *testing.T, seed uint64, n int, syncInterval time.Durati
 		// The model before the image: whatever returned before this
 		// point completed its syncs before it.
 		sent, acked, durable := m.snapshot()
-		for i, o := range campaignSettings {
+		for i, o := range dbtest.CampaignSettings {
 			o.Seed = int64(seed)*1_000_003 + k*7 + int64(i)
 			img := mem.CrashClone(o)
 			if msg := verifyAsyncImage(img, m, sent, acked, durable, i == 0, c); msg != "" {
@@ -256,7 +234,7 @@ func runAsyncCampaign(t *testing.T, seed uint64, n int, syncInterval time.Durati
 		}
 		return nil
 	}
-	opts := campaignOptions(vfs.Intercept(mem, hook))
+	opts := dbtest.CampaignOptions(vfs.Intercept(mem, hook))
 	opts.SyncInterval = syncInterval
 	db, err := kdb.Open("/db", opts)
 	if err != nil {

@@ -5,8 +5,9 @@
 #     with the long campaigns shortened (-short);
 #  3. the root's crash campaigns, kill test and error sweep at their default
 #     sizes without the race detector, printing their summary lines;
-#  4. the other modules (bench/peers, integrations/*: each has its own
-#     go.mod): go vet and their short tests.
+#  4. the other modules, each with its own go.mod (bench/peers,
+#     integrations/mqtt, integrations/raft, and any later integrations/*):
+#     go vet and their short tests.
 # Longer sweeps: KDB_LONG=1 (see the README).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -55,7 +55,7 @@ func allowedImport(dir, imp string, isTest bool) bool {
 		}
 		return imp == "internal/codec" || imp == "internal/invariants" || (isTest && imp == "internal/checksum")
 	case dir == "internal/kdbtest/dbtest" || strings.HasPrefix(dir, "internal/kdbtest/dbtest/"):
-		return imp == "." || strings.HasPrefix(imp, "internal/")
+		return imp == "." || imp == "vfs" || strings.HasPrefix(imp, "internal/")
 	case top == "internal":
 		return (imp == "vfs" || strings.HasPrefix(imp, "vfs/") || strings.HasPrefix(imp, "internal/")) && !strings.HasPrefix(imp, "internal/kdbtest/dbtest")
 	}
