@@ -40,8 +40,10 @@ import (
 // goes on from there.
 //
 // Invariants:
-//   - A version is never changed once linked; a frozen table is never
-//     changed.
+//   - A version's seq and value never change once linked; only its link
+//     to older versions moves, past versions no reader wants (a reader
+//     standing on one goes on through its own link). A frozen table is
+//     never changed.
 //   - Every seq in the active table is above every seq in the frozen one,
 //     which is above memState.base; the index holds every change up to
 //     base.
