@@ -342,6 +342,7 @@ func (db *DB) applyGroup(group []*commitReq, locs []journal.Location) error {
 	db.mem.viewMu.Unlock()
 	err := func() error {
 		m := &memApply{st: st, ix: db.applyIndex(), seq: start, start: start, views: db.viewSeqsBuf}
+		m.pruneKept()
 		a := applier{t: m}
 		i := 0
 		for _, r := range group {

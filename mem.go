@@ -81,6 +81,7 @@ type memKey struct {
 	tree, key string
 	vers      atomic.Pointer[memVer] // newest first
 	next      []atomic.Pointer[memKey]
+	queued    bool // in its table's revisit list (writer only)
 }
 
 // memTree is a tree's metadata in a table.
@@ -111,6 +112,17 @@ type memTable struct {
 	trees atomic.Pointer[map[string]*memTree]
 	bytes atomic.Int64 // estimated memory
 	n     atomic.Int64 // versions
+	// revisit lists the keys pruneKept looks at again (writer only; with
+	// the spare backing array it swaps with).
+	revisit, revisitSpare []*memKey
+}
+
+// revisitKey queues n for the next group's pruneKept. Writer only.
+func (t *memTable) revisitKey(n *memKey) {
+	if !n.queued {
+		n.queued = true
+		t.revisit = append(t.revisit, n)
+	}
 }
 
 func newMemTable() *memTable {
@@ -566,11 +578,15 @@ type memApply struct {
 // group began are known (views); one registering since read S = start
 // (mem.viewMu).
 func (m *memApply) protected(from, to uint64) bool {
-	if from <= m.start && m.start < to {
-		return true
-	}
+	byStart, byView := m.protectedBy(from, to)
+	return byStart || byView
+}
+
+// protectedBy tells the two reasons of protected apart: a View that may
+// register with S = start, and one registered.
+func (m *memApply) protectedBy(from, to uint64) (byStart, byView bool) {
 	i := sort.Search(len(m.views), func(i int) bool { return m.views[i] >= from })
-	return i < len(m.views) && m.views[i] < to
+	return from <= m.start && m.start < to, i < len(m.views) && m.views[i] < to
 }
 
 // ixTree returns the index's tree, or nil (the snapshot keeps the trees
@@ -759,23 +775,7 @@ func (m *memApply) drop(tree []byte, each func(val []byte)) error {
 func (m *memApply) insert(tree, key string, v *memVer) {
 	a := m.st.active
 	n := a.insertKey(tree, key)
-	// Keep an older version only if a reader's S lies between it and the
-	// next newer version kept: a reader reads the newest version at or
-	// below its S. Relinking is safe for readers walking the list: a
-	// version unlinked keeps its own link to the older ones.
-	link, newer := &v.older, v.seq
-	kept := false
-	for u := n.vers.Load(); u != nil; u = u.older.Load() {
-		if m.protected(u.seq, newer) {
-			link.Store(u)
-			link, newer = &u.older, u.seq
-			kept = true
-		} else {
-			a.n.Add(-1)
-			a.bytes.Add(-memVerSize(u.val))
-		}
-	}
-	link.Store(nil)
+	kept, again := m.keepWanted(&v.older, v.seq, n.vers.Load())
 	if v.val == nil && !v.below && !kept {
 		// A key deleted that has no value below and no older version:
 		// absent for every reader, with or without this version.
@@ -786,6 +786,66 @@ func (m *memApply) insert(tree, key string, v *memVer) {
 	n.vers.Store(v)
 	a.n.Add(1)
 	a.bytes.Add(memVerSize(v.val))
+	if again {
+		a.revisitKey(n)
+	}
+}
+
+// keepWanted links into link, from u down, only the older versions a reader
+// may want: one is kept if a reader's S may lie between it and the next
+// newer version kept (newer, then the kept one's seq), since a reader
+// reads the newest version at or below its S. It reports whether it kept
+// any, and whether one was kept only for a View that may still register
+// with S = start (none can once the next group begins: revisit the key
+// then). Relinking is safe for readers walking the list: a version
+// unlinked keeps its own link to the older ones.
+func (m *memApply) keepWanted(link *atomic.Pointer[memVer], newer uint64, u *memVer) (kept, again bool) {
+	a := m.st.active
+	for ; u != nil; u = u.older.Load() {
+		byStart, byView := m.protectedBy(u.seq, newer)
+		if byStart || byView {
+			link.Store(u)
+			link, newer = &u.older, u.seq
+			kept = true
+			again = again || !byView
+		} else {
+			a.n.Add(-1)
+			a.bytes.Add(-memVerSize(u.val))
+		}
+	}
+	link.Store(nil)
+	return kept, again
+}
+
+// pruneKept revisits the keys whose older versions the last group kept
+// only for a View registering with S = its start: such a View's S is now
+// known (registered) or above every seq in the table. So a message sent and
+// acked in two groups leaves no versions behind (without this, both stay
+// until the next checkpoint, and their count alone makes one due).
+func (m *memApply) pruneKept() {
+	a := m.st.active
+	list := a.revisit
+	a.revisit, a.revisitSpare = a.revisitSpare[:0], nil
+	for _, n := range list {
+		n.queued = false
+		v := n.vers.Load()
+		if v == nil {
+			continue // unlinked since
+		}
+		kept, again := m.keepWanted(&v.older, v.seq, v.older.Load())
+		if v.val == nil && !v.below && !kept {
+			n.vers.Store(nil)
+			a.n.Add(-1)
+			a.bytes.Add(-memVerSize(nil))
+			a.removeKey(n)
+			continue
+		}
+		if again {
+			a.revisitKey(n)
+		}
+	}
+	clear(list)
+	a.revisitSpare = list[:0]
 }
 
 // mergeCursor walks one tree's visible keys: the mem tables' versions over

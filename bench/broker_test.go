@@ -163,7 +163,7 @@ func benchBrokerPairs(b *testing.B, producers int, async bool) {
 	if async {
 		ack = br.AckAsync
 	}
-	fs0 := db.Stats().JournalFsyncs
+	fs0, ck0 := db.Stats().JournalFsyncs, db.Stats().Checkpoints
 	sync0 := st.ns.Load()
 	b.SetBytes(1024)
 	var failed atomic.Value
@@ -204,6 +204,7 @@ func benchBrokerPairs(b *testing.B, producers int, async bool) {
 	pairs := float64(b.N) / el.Seconds()
 	b.ReportMetric(pairs, "pairs/s")
 	b.ReportMetric(float64(db.Stats().JournalFsyncs-fs0)/float64(b.N), "fsyncs/pair")
+	b.ReportMetric(float64(db.Stats().Checkpoints-ck0)/float64(b.N), "checkpoints/pair")
 	b.ReportMetric(floor, "floor-fsyncs/s")
 	b.ReportMetric(pairs/floor, "pairs-per-floor-fsync")
 	if producers == 1 {
