@@ -98,8 +98,11 @@ m move-unconditional apply.go \
   'if !isRef || seg != o.from.Segment || size != o.size || int64(binary.LittleEndian.Uint64(cur[5:])) != o.from.Offset {' 'if !isRef {' \
   '.' "a compaction move takes effect on a key written since the pass read it (an older value comes back)"
 m mem-prune-ignores-late-readers mem.go \
-  $'\tif from <= m.start && m.start < to {\n\t\treturn true\n\t}' $'\tif false {\n\t\treturn true\n\t}' \
+  $'\treturn from <= m.start && m.start < to, i < len(m.views)' $'\treturn false, i < len(m.views)' \
   '.' "the applier unlinks versions a View that registered during the group may still read"
+m mem-revisit-drops-tombstone mem.go \
+  $'\t\tif v.val == nil && !v.below && !kept {\n\t\t\tn.vers.Store(nil)\n\t\t\ta.n.Add(-1)' $'\t\tif v.val == nil && !kept {\n\t\t\tn.vers.Store(nil)\n\t\t\ta.n.Add(-1)' \
+  '.' "the next group's second pruning unlinks a delete whose key has a value in the frozen table or the index (the value comes back)"
 m unsynced-records-unreadable journal/reader.go \
   'end := max(seg.end, seg.written)' 'end := seg.end' \
   './journal .' "a record applied before its fdatasync (NoSync, AckAsync, a compaction move) reads as corrupt until the next sync"
