@@ -1,8 +1,11 @@
 package journal
 
 import (
+	"bytes"
 	"errors"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/kdb-project/kdb/vfs"
@@ -101,5 +104,41 @@ func TestJournal_RemoveBeforeSyncDirFailureIsSticky(t *testing.T) {
 	}
 	if err := j.Close(); !errors.Is(err, errfs.ErrInjected) {
 		t.Fatalf("Close: %v", err)
+	}
+}
+
+// A removed segment whose close fails: the removal stands (the name is
+// gone, durably), RemoveBefore succeeds, the journal goes on, and the
+// failure is logged rather than lost.
+func TestJournal_RemoveBeforeCloseFailureIsLogged(t *testing.T) {
+	mem := vfs.NewMem()
+	efs := errfs.Wrap(mem)
+	var logged bytes.Buffer
+	j, _ := openMem(t, efs, Options{Logger: slog.New(slog.NewTextHandler(&logged, nil))})
+	for i := 0; i < 200; i++ {
+		if _, err := j.Append(Record{Type: 1, Payload: payload(i, 0, 500)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	first := j.Segments()[0].ID
+	efs.AddRule(errfs.OnNth(vfs.OpClose, 1, errfs.ErrInjected)) // the first removed segment's close
+	removed, err := j.RemoveBefore(j.Tail())
+	if err != nil || len(removed) == 0 || removed[0] != first {
+		t.Fatalf("RemoveBefore: removed %v, err %v", removed, err)
+	}
+	if ok, _ := vfs.Exists(mem, testDir+"/"+first.String()); ok {
+		t.Fatalf("%s still in the journal directory", first)
+	}
+	if !strings.Contains(logged.String(), "close of a removed segment failed") || !strings.Contains(logged.String(), first.String()) {
+		t.Fatalf("not logged: %q", logged.String())
+	}
+	if j.Err() != nil {
+		t.Fatal(j.Err())
+	}
+	if _, err := j.Append(Record{Type: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
