@@ -26,12 +26,7 @@ import (
 //     state recognises, never as a new message (a second delivery).
 func TestPowerLoss_EachAckAlone(t *testing.T) {
 	fs := vfs.NewCrashableMem()
-	slow := vfs.Intercept(fs, func(e vfs.Event) error {
-		if e.Op == vfs.OpSync {
-			time.Sleep(2 * time.Millisecond)
-		}
-		return nil
-	})
+	slow := slowSyncs(fs)
 	b := startInProc(t, slow, "store")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -89,12 +89,7 @@ func TestPowerLoss_AckIsDurable(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	// fsyncs take 2 ms, as a disk's do: acknowledgements that do not wait
 	// for them, and fan-outs still syncing, show in the images.
-	slow := vfs.Intercept(fs, func(e vfs.Event) error {
-		if e.Op == vfs.OpSync {
-			time.Sleep(2 * time.Millisecond)
-		}
-		return nil
-	})
+	slow := slowSyncs(fs)
 	b := startInProc(t, slow, "store")
 	off := mustDial(t, b.addr, connOpts{id: "offline", cleanStart: true, expiry: 3600})
 	off.subscribe(t, 2, "q/#")
@@ -232,4 +227,14 @@ func countPending(t testing.TB, fs vfs.FS) int {
 		t.Fatal(err)
 	}
 	return int(n)
+}
+
+// slowSyncs makes every fsync of fs take 2 ms, as a disk's do.
+func slowSyncs(fs vfs.FS) vfs.FS {
+	return vfs.Intercept(fs, func(e vfs.Event) error {
+		if e.Op == vfs.OpSync {
+			time.Sleep(2 * time.Millisecond)
+		}
+		return nil
+	})
 }
