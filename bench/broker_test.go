@@ -194,6 +194,10 @@ func benchBrokerPairs(b *testing.B, producers int, async bool) {
 			}()
 		}
 		wg.Wait()
+		// Timed too: the last AckAsyncs applied and durable.
+		if err := br.Sync(); err != nil {
+			failed.Store(err)
+		}
 	})
 	if err, _ := failed.Load().(error); err != nil {
 		b.Fatal(err)

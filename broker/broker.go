@@ -111,6 +111,15 @@ type SubInfo struct {
 type Broker struct {
 	db *kdb.DB
 	ns *kdb.Namespace
+	// async is the last AckAsync commit in submission order (n counts
+	// them: incremented inside the transaction, under the engine's
+	// ordered-commit lock), for Sync.
+	async struct {
+		n    uint64
+		mu   sync.Mutex
+		last uint64
+		c    *kdb.Commit
+	}
 }
 
 // Namespace is the kdb namespace the broker keeps its trees in.
@@ -521,6 +530,7 @@ func (w *bwrite) ackSub(topic, sub string, seqs []uint64) error {
 // fsync the next writers' transactions overlap. async: the batch is
 // applied but not waited durable (AckAsync).
 func (b *Broker) write(exclusive, async bool, fn func(w *bwrite) error) error {
+	var n uint64
 	run := func(tx *kdb.Txn) error {
 		w := &bwrite{b: b, tx: tx}
 		if err := fn(w); err != nil {
@@ -529,6 +539,8 @@ func (b *Broker) write(exclusive, async bool, fn func(w *bwrite) error) error {
 		w.flush()
 		if async {
 			tx.NoSync()
+			b.async.n++
+			n = b.async.n
 		}
 		return w.err
 	}
@@ -539,7 +551,36 @@ func (b *Broker) write(exclusive, async bool, fn func(w *bwrite) error) error {
 	if err != nil {
 		return err
 	}
+	if async {
+		// Ordered behind everything before it: the caller goes on while
+		// the commit is journaled and applied. Every Commit is waited for
+		// (its leader is the goroutine that waits); a failure fails the
+		// handle, and later writes report it.
+		go c.Wait()
+		b.async.mu.Lock()
+		if n > b.async.last {
+			b.async.last, b.async.c = n, c
+		}
+		b.async.mu.Unlock()
+		return nil
+	}
 	return c.Wait()
+}
+
+// Sync waits until every AckAsync that returned before it is applied
+// (readers no longer see the messages) and makes it durable, with one
+// fdatasync shared with the writers syncing at the same time. A failure
+// fails the handle.
+func (b *Broker) Sync() error {
+	b.async.mu.Lock()
+	c := b.async.c
+	b.async.mu.Unlock()
+	if c != nil {
+		if err := c.Wait(); err != nil {
+			return err
+		}
+	}
+	return b.db.Sync()
 }
 
 // Send appends m to the named destination (created on demand) and returns
@@ -575,16 +616,21 @@ func (b *Broker) Ack(kind DestKind, dest string, seqs ...uint64) error {
 	return b.write(false, false, func(w *bwrite) error { return w.ack(kind, dest, seqs) })
 }
 
-// AckAsync removes the given messages of a queue, as Ack, but does not wait
-// for them to be durable: the ack is journaled and applied (readers no
-// longer see the messages) before it returns, and made durable by the next
-// synced write (a Send, an Ack, any Write) or within Options.SyncInterval,
-// whichever comes first. A crash before then loses the ack, not the
-// message: it is delivered again (at-least-once), never acked twice, and
-// every message sent and acknowledged is still there. Concurrent Sends
-// carry AckAsync's records in their fsync, so a producer that sends and
-// acks in a loop pays about one fsync per pair. Under Options.Sync other
-// than SyncAlways it is Ack.
+// AckAsync removes the given messages of a queue, as Ack, but waits
+// neither for the ack to be durable nor for it to be applied: it returns
+// once the ack is ordered, queued for the journal behind every write
+// before it. Every broker write after it (Send, Ack, AckAsync, AckSub, a
+// transaction) sees the messages gone at once; readers (Read, Destination,
+// GetMessage) see them gone once the group commit under way applies it,
+// and at the latest when the next synced write or Sync returns. It is made
+// durable by the next synced write (a Send, an Ack, any Write, Sync) or
+// within Options.SyncInterval, whichever comes first. A crash before then
+// loses the ack, not the message: it is delivered again (at-least-once),
+// never acked twice, and every message sent and acknowledged is still
+// there. Concurrent Sends carry AckAsync's records in their fsync, so a
+// producer that sends and acks in a loop pays about one fsync per pair
+// and never waits for an ack. An unknown sequence number is
+// kdb.ErrNotFound, returned at once.
 func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 	err := b.write(false, true, func(w *bwrite) error { return w.ack(kind, dest, seqs) })
 	return err

@@ -27,7 +27,7 @@ type asyncModel struct {
 	ackStarted map[string]bool
 	// sent: Send returned: durable.
 	sent map[string]bool
-	// acked: AckAsync or Ack returned (applied; durable or not).
+	// acked: AckAsync or Ack returned (ordered: applied and durable or not).
 	acked map[string]bool
 	// durable: acks known durable: an Ack returned, or an AckAsync was
 	// followed by a synced write (Send, Ack) or Checkpoint that returned.

@@ -1,0 +1,92 @@
+package broker_test
+
+import (
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
+	"github.com/kdb-project/kdb/vfs"
+)
+
+// AckAsync is ordered at once: the broker's next writes see the ack before
+// it is applied, an unknown sequence is refused at once, and Sync makes
+// the readers see it.
+func TestAckAsync_OrderedAtOnce(t *testing.T) {
+	b := openBroker(t, vfs.NewMem())
+	var seqs []uint64
+	for i := range 3 {
+		seqs = append(seqs, mustSend(t, b, broker.Queue, "q", msg(string(rune('a'+i)), "", 0, "x")))
+	}
+	if err := b.AckAsync(broker.Queue, "q", seqs[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Ack(broker.Queue, "q", seqs[0]); !errors.Is(err, kdb.ErrNotFound) {
+		t.Fatalf("Ack after AckAsync of the same message: %v, want ErrNotFound", err)
+	}
+	if err := b.AckAsync(broker.Queue, "q", 999); !errors.Is(err, kdb.ErrNotFound) {
+		t.Fatalf("AckAsync of an unknown message: %v, want ErrNotFound", err)
+	}
+	if err := b.AckAsync(broker.Queue, "q", seqs[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	d, err := b.Destination(broker.Queue, "q")
+	if err != nil || d.Count != 1 {
+		t.Fatalf("after Sync: %+v, %v; want 1 message", d, err)
+	}
+	ms, err := b.Read(broker.Queue, "q", 0, 10)
+	if err != nil || len(ms) != 1 || ms[0].Seq != seqs[2] {
+		t.Fatalf("after Sync: read %v, %v; want only seq %d", ms, err, seqs[2])
+	}
+}
+
+// AckAsync does not wait for an fsync: not its own, and not the one of a
+// Send in flight before it (its commit is applied after that Send's, which
+// waits for the disk).
+func TestAckAsync_DoesNotWaitForTheDisk(t *testing.T) {
+	const syncTime = 300 * time.Millisecond
+	var slow atomic.Bool
+	syncing := make(chan struct{}, 1)
+	fs := vfs.Intercept(vfs.NewMem(), func(e vfs.Event) error {
+		if e.Op == vfs.OpSync && slow.Load() && strings.Contains(e.Path, ".log") {
+			select {
+			case syncing <- struct{}{}:
+			default:
+			}
+			time.Sleep(syncTime)
+		}
+		return nil
+	})
+	b := openBroker(t, fs)
+	first := mustSend(t, b, broker.Queue, "q", msg("first", "", 0, "x"))
+	slow.Store(true)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		mustSend(t, b, broker.Queue, "q", msg("second", "", 0, "y"))
+	}()
+	<-syncing // the Send's fsync has begun
+	start := time.Now()
+	if err := b.AckAsync(broker.Queue, "q", first); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > syncTime/2 {
+		t.Errorf("AckAsync took %v while a %v fsync ran: it waited for the disk", took, syncTime)
+	}
+	wg.Wait()
+	slow.Store(false)
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := b.Destination(broker.Queue, "q"); err != nil || d.Count != 1 {
+		t.Fatalf("after Sync: %+v, %v; want 1 message", d, err)
+	}
+}
