@@ -10,6 +10,7 @@ import (
 	"math"
 	"sort"
 	"sync"
+	"sync/atomic"
 )
 
 // The message store of a broker (queues, topics, durable subscriptions,
@@ -114,7 +115,9 @@ type Broker struct {
 	// async is the last AckAsync commit in submission order (n counts
 	// them: incremented inside the transaction, under the engine's
 	// ordered-commit lock), for Sync.
-	async struct {
+	// inflight counts the ordered writes submitted and not yet waited for.
+	inflight atomic.Int64
+	async    struct {
 		n    uint64
 		mu   sync.Mutex
 		last uint64
@@ -547,16 +550,24 @@ func (b *Broker) write(exclusive, async bool, fn func(w *bwrite) error) error {
 	if exclusive {
 		return b.ns.Update(run)
 	}
+	b.inflight.Add(1)
 	c, err := b.ns.Submit(run)
 	if err != nil {
+		b.inflight.Add(-1)
 		return err
 	}
-	if async {
-		// Ordered behind everything before it: the caller goes on while
-		// the commit is journaled and applied. Every Commit is waited for
-		// (its leader is the goroutine that waits); a failure fails the
-		// handle, and later writes report it.
-		go c.Wait()
+	if async && b.inflight.Load() > 1 {
+		// Ordered behind the writes in flight, whose fdatasync it would
+		// wait for: the caller goes on while the commit is journaled and
+		// applied. Every Commit is waited for (its leader is the goroutine
+		// that waits); a failure fails the handle, and later writes report
+		// it. Alone, the ack is written and applied at once by its own
+		// goroutine (no fsync: the group is async only), cheaper than
+		// handing it to another.
+		go func() {
+			_ = c.Wait()
+			b.inflight.Add(-1)
+		}()
 		b.async.mu.Lock()
 		if n > b.async.last {
 			b.async.last, b.async.c = n, c
@@ -564,7 +575,9 @@ func (b *Broker) write(exclusive, async bool, fn func(w *bwrite) error) error {
 		b.async.mu.Unlock()
 		return nil
 	}
-	return c.Wait()
+	err = c.Wait()
+	b.inflight.Add(-1)
+	return err
 }
 
 // Sync waits until every AckAsync that returned before it is applied
@@ -617,9 +630,10 @@ func (b *Broker) Ack(kind DestKind, dest string, seqs ...uint64) error {
 }
 
 // AckAsync removes the given messages of a queue, as Ack, but waits
-// neither for the ack to be durable nor for it to be applied: it returns
-// once the ack is ordered, queued for the journal behind every write
-// before it. Every broker write after it (Send, Ack, AckAsync, AckSub, a
+// neither for the ack to be durable nor, when other writes are in flight,
+// for it to be applied: it returns once the ack is ordered, queued for the
+// journal behind every write before it (with none in flight it is applied
+// on return, with no fsync). Every broker write after it (Send, Ack, AckAsync, AckSub, a
 // transaction) sees the messages gone at once; readers (Read, Destination,
 // GetMessage) see them gone once the group commit under way applies it,
 // and at the latest when the next synced write or Sync returns. It is made
