@@ -112,12 +112,12 @@ type SubInfo struct {
 type Broker struct {
 	db *kdb.DB
 	ns *kdb.Namespace
-	// async is the last AckAsync commit in submission order (n counts
-	// them: incremented inside the transaction, under the engine's
-	// ordered-commit lock), for Sync.
 	// inflight counts the ordered writes submitted and not yet waited for.
 	inflight atomic.Int64
-	async    struct {
+	// async is the last AckAsync commit not waited for by its caller, in
+	// submission order (n counts them: incremented inside the
+	// transaction, under the engine's ordered-commit lock), for Sync.
+	async struct {
 		n    uint64
 		mu   sync.Mutex
 		last uint64
@@ -530,8 +530,8 @@ func (w *bwrite) ackSub(topic, sub string, seqs []uint64) error {
 // write runs fn to build one atomic batch and commits it, durably.
 // exclusive operations (those that scan or drop trees) run as an Update,
 // after the writes in flight; the others as an ordered transaction, whose
-// fsync the next writers' transactions overlap. async: the batch is
-// applied but not waited durable (AckAsync).
+// fsync the next writers' transactions overlap. async: the batch is not
+// waited durable, nor applied while other writes are in flight (AckAsync).
 func (b *Broker) write(exclusive, async bool, fn func(w *bwrite) error) error {
 	var n uint64
 	run := func(tx *kdb.Txn) error {
@@ -561,9 +561,9 @@ func (b *Broker) write(exclusive, async bool, fn func(w *bwrite) error) error {
 		// wait for: the caller goes on while the commit is journaled and
 		// applied. Every Commit is waited for (its leader is the goroutine
 		// that waits); a failure fails the handle, and later writes report
-		// it. Alone, the ack is written and applied at once by its own
-		// goroutine (no fsync: the group is async only), cheaper than
-		// handing it to another.
+		// it. With nothing else in flight the caller waits itself: it
+		// leads its own async-only group (no fsync), cheaper than a
+		// hand-off to another goroutine.
 		go func() {
 			_ = c.Wait()
 			b.inflight.Add(-1)
@@ -633,10 +633,11 @@ func (b *Broker) Ack(kind DestKind, dest string, seqs ...uint64) error {
 // neither for the ack to be durable nor, when other writes are in flight,
 // for it to be applied: it returns once the ack is ordered, queued for the
 // journal behind every write before it (with none in flight it is applied
-// on return, with no fsync). Every broker write after it (Send, Ack, AckAsync, AckSub, a
-// transaction) sees the messages gone at once; readers (Read, Destination,
-// GetMessage) see them gone once the group commit under way applies it,
-// and at the latest when the next synced write or Sync returns. It is made
+// on return, with no fsync). Every broker write after it (Send, Ack,
+// AckAsync, AckSub, a transaction) sees the messages gone at once; readers
+// (Read, Destination, GetMessage) see them gone once the group commit
+// under way applies it, at the latest when the next synced write or Sync
+// returns. It is made
 // durable by the next synced write (a Send, an Ack, any Write, Sync) or
 // within Options.SyncInterval, whichever comes first. A crash before then
 // loses the ack, not the message: it is delivered again (at-least-once),
