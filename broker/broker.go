@@ -567,6 +567,13 @@ func (b *Broker) write(exclusive, async bool, fn func(w *bwrite) error) error {
 		go func() {
 			_ = c.Wait()
 			b.inflight.Add(-1)
+			// Applied (or failed, which fails the handle): Sync need not
+			// wait for it, and its batch need not stay referenced.
+			b.async.mu.Lock()
+			if b.async.c == c {
+				b.async.c = nil
+			}
+			b.async.mu.Unlock()
 		}()
 		b.async.mu.Lock()
 		if n > b.async.last {
