@@ -1,0 +1,146 @@
+package bench
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
+	"github.com/kdb-project/kdb/vfs"
+)
+
+// BenchmarkBrokerFixedSync is BenchmarkBroker's shape (each producer sends
+// a 1 KiB message and acks it, in a loop, on one queue) on a simulated disk
+// whose journal sync is a sleep of fixed length (nanosleep(2), 250 µs
+// asked, which blocks the thread in a system call as fdatasync does),
+// whatever the size of the group being synced: the data goes to the OS
+// cache only, so NOTHING IS DURABLE here. It is an instrument for changes
+// to the commit path: it shows what the committer and the broker make of
+// a disk that costs the same per sync, without the real disk's swings
+// (2,300-5,700 fsyncs/s within minutes on the 2-vCPU VM) and without its
+// size effect (a 16 KiB group syncs ~1.35x slower than the floor's 1 KiB
+// record: BenchmarkFsyncGroup). pairs-per-sim-sync is pairs/s times the
+// mean measured length of one simulated sync, the counterpart of
+// BenchmarkBroker's pairs-per-floor-fsync.
+//
+//	go test ./bench -run '^$' -bench BrokerFixedSync -benchtime 4000x -count 6
+func BenchmarkBrokerFixedSync(b *testing.B) {
+	for _, acks := range []string{"sync", "async"} {
+		for _, producers := range []int{1, 16} {
+			b.Run(fmt.Sprintf("producers=%d/acks=%s", producers, acks), func(b *testing.B) {
+				benchBrokerFixedSync(b, producers, acks == "async")
+			})
+		}
+	}
+}
+
+func benchBrokerFixedSync(b *testing.B, producers int, async bool) {
+	fs := &fixedSyncFS{FS: vfs.OS, d: 250 * time.Microsecond}
+	db, err := kdb.Open(filepath.Join(b.TempDir(), "db"), &kdb.Options{FS: fs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer func() {
+		if err := db.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}()
+	br, err := broker.Open(db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ack := br.Ack
+	if async {
+		ack = br.AckAsync
+	}
+	body := make([]byte, 1024)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	var failed atomic.Value
+	var next, id atomic.Int64
+	var wg sync.WaitGroup
+	ns0, n0 := fs.ns.Load(), fs.n.Load()
+	b.SetBytes(1024)
+	b.ResetTimer()
+	start := time.Now()
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pid := fmt.Sprint("producer-", p)
+			for next.Add(1) <= int64(b.N) {
+				i := id.Add(1)
+				m := &broker.Message{ID: fmt.Sprint("m-", i), ProducerID: pid, ProducerSeq: uint64(i), Body: body,
+					Properties: map[string]string{"JMSType": "bench"}}
+				seq, err := br.Send(broker.Queue, "bench", m)
+				if err == nil {
+					err = ack(broker.Queue, "bench", seq)
+				}
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := br.Sync(); err != nil {
+		failed.Store(err)
+	}
+	el := time.Since(start)
+	b.StopTimer()
+	if err, _ := failed.Load().(error); err != nil {
+		b.Fatal(err)
+	}
+	if d, err := br.Destination(broker.Queue, "bench"); err != nil || d.Count != 0 {
+		b.Fatal(errors.Join(err, fmt.Errorf("left %+v", d)))
+	}
+	syncs := fs.n.Load() - n0
+	mean := time.Duration((fs.ns.Load() - ns0) / max(syncs, 1))
+	pairs := float64(b.N) / el.Seconds()
+	b.ReportMetric(pairs, "pairs/s")
+	b.ReportMetric(float64(syncs)/float64(b.N), "syncs/pair")
+	b.ReportMetric(float64(mean.Microseconds()), "µs/sim-sync")
+	b.ReportMetric(pairs*mean.Seconds(), "pairs-per-sim-sync")
+}
+
+// fixedSyncFS replaces the Sync of the journal's segments (.log) with a
+// sleep of d; every other file is synced for real.
+type fixedSyncFS struct {
+	vfs.FS
+	d     time.Duration
+	ns, n atomic.Int64
+}
+
+func (s *fixedSyncFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	f, err := s.FS.OpenFile(name, flag, perm)
+	if err != nil || !strings.HasSuffix(strings.TrimSuffix(name, ".tmp"), ".log") {
+		return f, err
+	}
+	return &fixedSyncFile{File: f, s: s}, nil
+}
+
+type fixedSyncFile struct {
+	vfs.File
+	s *fixedSyncFS
+}
+
+func (f *fixedSyncFile) Sync() error {
+	start := time.Now()
+	ts := unix.NsecToTimespec(int64(f.s.d))
+	for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+	}
+	f.s.ns.Add(int64(time.Since(start)))
+	f.s.n.Add(1)
+	return nil
+}
