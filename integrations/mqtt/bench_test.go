@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -163,6 +164,8 @@ func benchRestart(b *testing.B, kinds []brokerKind) {
 		dirs[j] = populated(b, k)
 	}
 	totals := make([]time.Duration, len(kinds))
+	hookLoad := make([]time.Duration, len(kinds))
+	serve := make([]time.Duration, len(kinds))
 	for i := 0; i < b.N; i++ {
 		// Each hook once per iteration, the order rotated: side by side
 		// under the same load.
@@ -178,6 +181,12 @@ func benchRestart(b *testing.B, kinds []brokerKind) {
 				b.Fatal(err)
 			}
 			totals[j] += time.Since(t0)
+			hl, sv, err := loadTimes(p.log.String())
+			if err != nil {
+				b.Fatal(err)
+			}
+			hookLoad[j] += hl
+			serve[j] += sv
 			if i == 0 {
 				checkLoaded(b, p.addr)
 			}
@@ -187,8 +196,28 @@ func benchRestart(b *testing.B, kinds []brokerKind) {
 	}
 	for j, k := range kinds {
 		b.ReportMetric(float64(totals[j].Milliseconds())/float64(b.N), k.name+"-restart-ms")
+		b.ReportMetric(float64(hookLoad[j].Milliseconds())/float64(b.N), k.name+"-hook-load-ms")
+		b.ReportMetric(float64((serve[j]-hookLoad[j]).Milliseconds())/float64(b.N), k.name+"-server-load-ms")
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+var loadTimesRE = regexp.MustCompile(`store_read_time=(\S+) serve_time=(\S+)`)
+
+// loadTimes returns what a broker's log says of its start (both commands
+// wrap their hook in brokerconf.LoadTimer): the time in the hook's Stored*
+// calls and the time of the server's Serve, which holds them and the
+// server's own loading of what they returned.
+func loadTimes(log string) (hook, serve time.Duration, err error) {
+	m := loadTimesRE.FindAllStringSubmatch(log, -1)
+	if len(m) == 0 {
+		return 0, 0, fmt.Errorf("no store_read_time in the broker's log:\n%s", log)
+	}
+	last := m[len(m)-1]
+	if hook, err = time.ParseDuration(last[1]); err == nil {
+		serve, err = time.ParseDuration(last[2])
+	}
+	return hook, serve, err
 }
 
 // checkLoaded checks that the restarted broker has the stored state.
@@ -209,7 +238,7 @@ func checkLoaded(b *testing.B, addr string) {
 // populated returns a store of the kind's hook holding restartRetained
 // retained messages and restartSessions sessions, written by the hook
 // itself (its own events, called in this process) once per test process.
-func populated(b *testing.B, k brokerKind) string {
+func populated(b testing.TB, k brokerKind) string {
 	templMu.Lock()
 	defer templMu.Unlock()
 	if d, ok := templ[k.hook]; ok {

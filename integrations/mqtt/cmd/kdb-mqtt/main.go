@@ -80,7 +80,8 @@ func run(dir, listen, metricsAddr string) error {
 		return err
 	}
 	hook := new(kdbmqtt.Hook)
-	if err := srv.AddHook(hook, &kdbmqtt.Options{DB: db, Server: srv}); err != nil {
+	timed := &brokerconf.LoadTimer{Hook: hook}
+	if err := srv.AddHook(timed, &kdbmqtt.Options{DB: db, Server: srv}); err != nil {
 		return fmt.Errorf("storage hook: %w", err)
 	}
 	l, err := brokerconf.Listen(srv, listen)
@@ -102,10 +103,14 @@ func run(dir, listen, metricsAddr string) error {
 		log.Info("kdb-mqtt: metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
 	sigs := brokerconf.Signals()
+	start := time.Now()
 	if err := srv.Serve(); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	log.Info("kdb-mqtt: listening", "address", l.Address(), "store", dir, "skipped_records", hook.Skipped())
+	// store_read_time: the hook's reading of the stored state; serve_time:
+	// all of Serve, which also holds the server's own loading of it.
+	log.Info("kdb-mqtt: listening", "address", l.Address(), "store", dir, "skipped_records", hook.Skipped(),
+		"store_read_time", timed.Took(), "serve_time", time.Since(start))
 
 	sig := <-sigs
 	log.Info("kdb-mqtt: stopping", "signal", sig.String())

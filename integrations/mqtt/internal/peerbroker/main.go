@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/kdb-project/kdb/integrations/mqtt/internal/brokerconf"
 	"github.com/mochi-mqtt/server/v2/hooks/storage/bolt"
@@ -45,15 +46,18 @@ func run(hook, store, listen string, sync bool) error {
 	if err != nil {
 		return err
 	}
+	var timed *brokerconf.LoadTimer
 	switch hook {
 	case "pebble":
 		mode := pebble.NoSync
 		if sync {
 			mode = pebble.Sync
 		}
-		err = srv.AddHook(new(pebble.Hook), &pebble.Options{Path: filepath.Join(store, "pebble"), Mode: mode})
+		timed = &brokerconf.LoadTimer{Hook: new(pebble.Hook)}
+		err = srv.AddHook(timed, &pebble.Options{Path: filepath.Join(store, "pebble"), Mode: mode})
 	case "bolt":
-		err = srv.AddHook(new(bolt.Hook), &bolt.Options{Path: filepath.Join(store, "bolt.db"), Options: &bbolt.Options{Timeout: 250e6}})
+		timed = &brokerconf.LoadTimer{Hook: new(bolt.Hook)}
+		err = srv.AddHook(timed, &bolt.Options{Path: filepath.Join(store, "bolt.db"), Options: &bbolt.Options{Timeout: 250e6}})
 	default:
 		return fmt.Errorf("unknown hook %q", hook)
 	}
@@ -65,10 +69,12 @@ func run(hook, store, listen string, sync bool) error {
 		return err
 	}
 	sigs := brokerconf.Signals()
+	start := time.Now()
 	if err := srv.Serve(); err != nil {
 		return err
 	}
-	log.Info("peerbroker: listening", "address", l.Address(), "hook", hook, "sync", sync)
+	log.Info("peerbroker: listening", "address", l.Address(), "hook", hook, "sync", sync,
+		"store_read_time", timed.Took(), "serve_time", time.Since(start))
 	<-sigs
 	_ = srv.Close()
 	log.Info("peerbroker: stopped")
