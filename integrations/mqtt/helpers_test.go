@@ -130,6 +130,11 @@ func tryStart(bin string, timeout time.Duration, args ...string) (*proc, error) 
 	}
 	p := &proc{log: &logBuf{}, done: make(chan struct{})}
 	p.cmd = exec.Command(bin, args...)
+	if v := os.Getenv("KDB_MQTT_BROKER_GOMAXPROCS"); v != "" {
+		// The broker processes only (every hook alike), not the test's
+		// clients.
+		p.cmd.Env = append(os.Environ(), "GOMAXPROCS="+v)
+	}
 	pr, pw := io.Pipe()
 	p.cmd.Stderr = pw
 	p.cmd.Stdout = p.log
