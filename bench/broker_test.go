@@ -138,6 +138,42 @@ func BenchmarkBroker(b *testing.B) {
 	}
 }
 
+// runPairs runs n send-then-ack pairs of 1 KiB messages (body) on queue
+// "bench" from producers goroutines, message IDs numbered on from id, and
+// then Broker.Sync (timed too: the last AckAsyncs applied and durable). It
+// returns the first error.
+func runPairs(br *broker.Broker, ack func(broker.DestKind, string, ...uint64) error, producers, n int, id *atomic.Int64, body []byte) error {
+	var failed atomic.Value
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for p := range producers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			pid := fmt.Sprint("producer-", p)
+			for next.Add(1) <= int64(n) {
+				i := id.Add(1)
+				m := &broker.Message{ID: fmt.Sprint("m-", i), ProducerID: pid, ProducerSeq: uint64(i), Body: body,
+					Properties: map[string]string{"JMSType": "bench"}}
+				seq, err := br.Send(broker.Queue, "bench", m)
+				if err == nil {
+					err = ack(broker.Queue, "bench", seq)
+				}
+				if err != nil {
+					failed.Store(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := br.Sync(); err != nil {
+		return err
+	}
+	err, _ := failed.Load().(error)
+	return err
+}
+
 func benchBrokerPairs(b *testing.B, producers int, async bool) {
 	root := b.TempDir()
 	fm := newFloorMeter(b, root, 1024)
@@ -172,31 +208,7 @@ func benchBrokerPairs(b *testing.B, producers int, async bool) {
 	b.ResetTimer()
 	b.StopTimer()
 	el, floor := interleaved(b, fm, b.N, 125*producers, 50, func(n int) {
-		var next atomic.Int64
-		var wg sync.WaitGroup
-		for p := range producers {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				pid := fmt.Sprint("producer-", p)
-				for next.Add(1) <= int64(n) {
-					i := id.Add(1)
-					m := &broker.Message{ID: fmt.Sprint("m-", i), ProducerID: pid, ProducerSeq: uint64(i), Body: body,
-						Properties: map[string]string{"JMSType": "bench"}}
-					seq, err := br.Send(broker.Queue, "bench", m)
-					if err == nil {
-						err = ack(broker.Queue, "bench", seq)
-					}
-					if err != nil {
-						failed.Store(err)
-						return
-					}
-				}
-			}()
-		}
-		wg.Wait()
-		// Timed too: the last AckAsyncs applied and durable.
-		if err := br.Sync(); err != nil {
+		if err := runPairs(br, ack, producers, n, &id, body); err != nil {
 			failed.Store(err)
 		}
 	})

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -66,40 +65,15 @@ func benchBrokerFixedSync(b *testing.B, producers int, async bool) {
 	for i := range body {
 		body[i] = byte(i * 7)
 	}
-	var failed atomic.Value
-	var next, id atomic.Int64
-	var wg sync.WaitGroup
+	var id atomic.Int64
 	ns0, n0 := fs.ns.Load(), fs.n.Load()
 	b.SetBytes(1024)
 	b.ResetTimer()
 	start := time.Now()
-	for p := range producers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			pid := fmt.Sprint("producer-", p)
-			for next.Add(1) <= int64(b.N) {
-				i := id.Add(1)
-				m := &broker.Message{ID: fmt.Sprint("m-", i), ProducerID: pid, ProducerSeq: uint64(i), Body: body,
-					Properties: map[string]string{"JMSType": "bench"}}
-				seq, err := br.Send(broker.Queue, "bench", m)
-				if err == nil {
-					err = ack(broker.Queue, "bench", seq)
-				}
-				if err != nil {
-					failed.Store(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := br.Sync(); err != nil {
-		failed.Store(err)
-	}
+	err = runPairs(br, ack, producers, b.N, &id, body)
 	el := time.Since(start)
 	b.StopTimer()
-	if err, _ := failed.Load().(error); err != nil {
+	if err != nil {
 		b.Fatal(err)
 	}
 	if d, err := br.Destination(broker.Queue, "bench"); err != nil || d.Count != 0 {
