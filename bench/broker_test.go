@@ -25,20 +25,7 @@ import (
 func BenchmarkBrokerDrain(b *testing.B) {
 	for _, producers := range []int{1, 16} {
 		b.Run(fmt.Sprintf("producers=%d", producers), func(b *testing.B) {
-			dir := filepath.Join(b.TempDir(), "db")
-			db, err := kdb.Open(dir, &kdb.Options{})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() {
-				if err := db.Close(); err != nil {
-					b.Fatal(err)
-				}
-			}()
-			br, err := broker.Open(db)
-			if err != nil {
-				b.Fatal(err)
-			}
+			db, br := openBroker(b, filepath.Join(b.TempDir(), "db"), &kdb.Options{})
 			body := make([]byte, 1024)
 			for i := range body {
 				body[i] = byte(i * 7)
@@ -138,6 +125,26 @@ func BenchmarkBroker(b *testing.B) {
 	}
 }
 
+// openBroker opens a store in dir and its broker, closed (and the close
+// checked) when the benchmark ends.
+func openBroker(b *testing.B, dir string, o *kdb.Options) (*kdb.DB, *broker.Broker) {
+	b.Helper()
+	db, err := kdb.Open(dir, o)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	br, err := broker.Open(db)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return db, br
+}
+
 // runPairs runs n send-then-ack pairs of 1 KiB messages (body) on queue
 // "bench" from producers goroutines, message IDs numbered on from id, and
 // then Broker.Sync (timed too: the last AckAsyncs applied and durable). It
@@ -179,19 +186,7 @@ func benchBrokerPairs(b *testing.B, producers int, async bool) {
 	fm := newFloorMeter(b, root, 1024)
 	defer fm.close()
 	st := &syncTimer{FS: vfs.OS, suffix: ".log"}
-	db, err := kdb.Open(filepath.Join(root, "db"), &kdb.Options{FS: st})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		if err := db.Close(); err != nil {
-			b.Fatal(err)
-		}
-	}()
-	br, err := broker.Open(db)
-	if err != nil {
-		b.Fatal(err)
-	}
+	db, br := openBroker(b, filepath.Join(root, "db"), &kdb.Options{FS: st})
 	body := make([]byte, 1024)
 	for i := range body {
 		body[i] = byte(i * 7)

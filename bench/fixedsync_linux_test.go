@@ -3,9 +3,7 @@ package bench
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -43,20 +41,8 @@ func BenchmarkBrokerFixedSync(b *testing.B) {
 }
 
 func benchBrokerFixedSync(b *testing.B, producers int, async bool) {
-	fs := &fixedSyncFS{FS: vfs.OS, d: 250 * time.Microsecond}
-	db, err := kdb.Open(filepath.Join(b.TempDir(), "db"), &kdb.Options{FS: fs})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer func() {
-		if err := db.Close(); err != nil {
-			b.Fatal(err)
-		}
-	}()
-	br, err := broker.Open(db)
-	if err != nil {
-		b.Fatal(err)
-	}
+	fs := &syncTimer{FS: vfs.OS, suffix: ".log", fake: sleep250}
+	_, br := openBroker(b, filepath.Join(b.TempDir(), "db"), &kdb.Options{FS: fs})
 	ack := br.Ack
 	if async {
 		ack = br.AckAsync
@@ -70,7 +56,7 @@ func benchBrokerFixedSync(b *testing.B, producers int, async bool) {
 	b.SetBytes(1024)
 	b.ResetTimer()
 	start := time.Now()
-	err = runPairs(br, ack, producers, b.N, &id, body)
+	err := runPairs(br, ack, producers, b.N, &id, body)
 	el := time.Since(start)
 	b.StopTimer()
 	if err != nil {
@@ -88,33 +74,9 @@ func benchBrokerFixedSync(b *testing.B, producers int, async bool) {
 	b.ReportMetric(pairs*mean.Seconds(), "pairs-per-sim-sync")
 }
 
-// fixedSyncFS replaces the Sync of the journal's segments (.log) with a
-// sleep of d; every other file is synced for real.
-type fixedSyncFS struct {
-	vfs.FS
-	d     time.Duration
-	ns, n atomic.Int64
-}
-
-func (s *fixedSyncFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
-	f, err := s.FS.OpenFile(name, flag, perm)
-	if err != nil || !strings.HasSuffix(strings.TrimSuffix(name, ".tmp"), ".log") {
-		return f, err
-	}
-	return &fixedSyncFile{File: f, s: s}, nil
-}
-
-type fixedSyncFile struct {
-	vfs.File
-	s *fixedSyncFS
-}
-
-func (f *fixedSyncFile) Sync() error {
-	start := time.Now()
-	ts := unix.NsecToTimespec(int64(f.s.d))
+// sleep250 is the simulated disk's sync: 250 µs asked of nanosleep(2).
+func sleep250() {
+	ts := unix.NsecToTimespec(int64(250 * time.Microsecond))
 	for unix.Nanosleep(&ts, &ts) == unix.EINTR {
 	}
-	f.s.ns.Add(int64(time.Since(start)))
-	f.s.n.Add(1)
-	return nil
 }
