@@ -37,11 +37,11 @@ func BenchmarkFsyncFloor(b *testing.B) {
 // BenchmarkFsyncGroup is BenchmarkFsyncFloor with appends of the size of a
 // commit group (a group of 14 broker pairs is ~18 KiB): what one fdatasync
 // of a group costs against the floor's 1 KiB record, for each file state.
-// On the 2-vCPU VM (2026-12-02, a loop interleaving the sizes, 600 rounds,
-// two runs): fallocated 1 KiB 278 µs, 4 KiB 370-407 µs, 16 KiB 437-473 µs;
-// written 1 KiB 369 µs, 16 KiB 375 µs. A 1 KiB append into a fallocated
-// file converts a new extent only at every fourth sync, so the floor's
-// best state is cheaper than a sync of any group of several records.
+// On the 2-vCPU VM (2026-12-02, loops interleaving the sizes, 600-1,500
+// rounds): into written blocks (as the journal's, zero-filled) 16 KiB cost
+// 1.0-1.05x 1 KiB (375 against 369 µs, 625 against 628); into fallocated
+// ones 1.3-1.7x (a 1 KiB append converts a new extent only at every fourth
+// sync). The disk's own speed moved 2x between those runs.
 //
 //	go test ./bench -run '^$' -bench 'FsyncFloor|FsyncGroup' -benchtime 2000x
 func BenchmarkFsyncGroup(b *testing.B) {
