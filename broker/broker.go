@@ -143,11 +143,61 @@ func (b *Broker) DB() *kdb.DB { return b.db }
 
 // bwrite is one broker write being built inside a transaction.
 type bwrite struct {
-	b     *Broker
-	tx    *kdb.Txn
-	err   error // the first write the transaction refused
-	dests map[string]*destRec
+	b   *Broker
+	tx  *kdb.Txn
+	err error // the first write the transaction refused
+	// order holds the destination records the write read, in the order
+	// read (most writes read one: first and its backing array hold it
+	// without an allocation); dests indexes them once there are many.
 	order []*destRec
+	dests map[string]*destRec
+	first destRec
+	buf   [2]*destRec
+}
+
+// maxDestScan is how many destination records a write looks up by a scan
+// of order before it indexes them in dests.
+const maxDestScan = 8
+
+// cached returns the record of the destination with key, if the write
+// read it already.
+func (w *bwrite) cached(key []byte) *destRec {
+	if w.dests != nil {
+		return w.dests[string(key)]
+	}
+	for _, d := range w.order {
+		if bytes.Equal(d.key, key) {
+			return d
+		}
+	}
+	return nil
+}
+
+// keep adds d to the records the write read.
+func (w *bwrite) keep(d *destRec) {
+	if w.order == nil {
+		w.order = w.buf[:0]
+	}
+	w.order = append(w.order, d)
+	if w.dests != nil {
+		w.dests[string(d.key)] = d
+	} else if len(w.order) > maxDestScan {
+		w.dests = make(map[string]*destRec, len(w.order))
+		for _, o := range w.order {
+			w.dests[string(o.key)] = o
+		}
+	}
+}
+
+// forget removes d from the records the write read.
+func (w *bwrite) forget(d *destRec) {
+	delete(w.dests, string(d.key))
+	for i, o := range w.order {
+		if o == d {
+			w.order = append(w.order[:i], w.order[i+1:]...)
+			break
+		}
+	}
 }
 
 type destRec struct {
@@ -221,15 +271,22 @@ func destKey(kind DestKind, name string) []byte {
 	return append([]byte{byte(kind)}, name...)
 }
 
-func decodeDestRec(key, v []byte) (*destRec, error) { return decodeDestRecOwned(bytes.Clone(key), v) }
+func decodeDestRec(key, v []byte) (*destRec, error) {
+	d := new(destRec)
+	if err := d.decode(bytes.Clone(key), v); err != nil {
+		return nil, err
+	}
+	return d, nil
+}
 
-// decodeDestRecOwned is decodeDestRec for a key the record may keep.
-func decodeDestRecOwned(key, v []byte) (*destRec, error) {
+// decode sets d from a destination's key (which d keeps) and record.
+func (d *destRec) decode(key, v []byte) error {
 	if len(v) != destRecSize {
-		return nil, fmt.Errorf("%w: broker destination %q: record of %d bytes", kdb.ErrCorrupt, key, len(v))
+		return fmt.Errorf("%w: broker destination %q: record of %d bytes", kdb.ErrCorrupt, key, len(v))
 	}
 	le := binary.LittleEndian
-	return &destRec{key: key, id: le.Uint64(v), nextSeq: le.Uint64(v[8:]), count: le.Uint64(v[16:]), nbytes: le.Uint64(v[24:])}, nil
+	*d = destRec{key: key, id: le.Uint64(v), nextSeq: le.Uint64(v[8:]), count: le.Uint64(v[16:]), nbytes: le.Uint64(v[24:])}
+	return nil
 }
 
 func (d *destRec) encode() []byte {
@@ -245,17 +302,19 @@ func (w *bwrite) dest(kind DestKind, name string, create bool) (*destRec, error)
 	if err := checkDest(kind, name); err != nil {
 		return nil, err
 	}
-	key := destKey(kind, name)
-	if d, ok := w.dests[string(key)]; ok {
+	var buf [64]byte
+	key := append(append(buf[:0], byte(kind)), name...)
+	if d := w.cached(key); d != nil {
 		return d, nil
 	}
+	key = bytes.Clone(key) // the record keeps it
 	v, ok, err := w.get(destsTree, key)
 	if err != nil {
 		return nil, err
 	}
-	var d *destRec
+	d := w.newRec()
 	if ok {
-		if d, err = decodeDestRecOwned(key, v); err != nil {
+		if err = d.decode(key, v); err != nil {
 			return nil, err
 		}
 	} else {
@@ -266,14 +325,18 @@ func (w *bwrite) dest(kind DestKind, name string, create bool) (*destRec, error)
 		if err != nil {
 			return nil, err
 		}
-		d = &destRec{key: key, id: id, nextSeq: 1, dirty: true}
+		*d = destRec{key: key, id: id, nextSeq: 1, dirty: true}
 	}
-	if w.dests == nil {
-		w.dests = map[string]*destRec{}
-	}
-	w.dests[string(key)] = d
-	w.order = append(w.order, d)
+	w.keep(d)
 	return d, nil
+}
+
+// newRec returns a record to fill: the write's first is its own.
+func (w *bwrite) newRec() *destRec {
+	if len(w.order) == 0 && w.first.key == nil {
+		return &w.first
+	}
+	return new(destRec)
 }
 
 func (w *bwrite) nextID() (uint64, error) {
@@ -302,7 +365,8 @@ func (w *bwrite) flush() {
 		}
 	}
 	w.order = w.order[:0]
-	clear(w.dests)
+	w.dests = nil
+	w.first = destRec{}
 }
 
 func checkDest(kind DestKind, name string) error {
@@ -810,13 +874,7 @@ func (b *Broker) DeleteDestination(kind DestKind, dest string) error {
 			w.dropIfExists(idTree(p, d.id))
 		}
 		w.del(destsTree, d.key)
-		delete(w.dests, string(d.key))
-		for i, o := range w.order {
-			if o == d {
-				w.order = append(w.order[:i], w.order[i+1:]...)
-				break
-			}
-		}
+		w.forget(d)
 		return nil
 	})
 }
