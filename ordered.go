@@ -49,9 +49,23 @@ type ovEntry struct {
 
 // ovKey is the overlay's and a Txn's key for (tree, key).
 func ovKey(tree, key []byte) string {
-	b := make([]byte, 0, 1+len(tree)+len(key))
-	b = append(append(append(b, byte(len(tree))), tree...), key...)
-	return string(b)
+	return string(appendOvKey(make([]byte, 0, 1+len(tree)+len(key)), tree, key))
+}
+
+func appendOvKey(b, tree, key []byte) []byte {
+	return append(append(append(b, byte(len(tree))), tree...), key...)
+}
+
+// ovKeysSize returns the bytes of the overlay keys of ops that have none
+// yet.
+func ovKeysSize(ops []op) int {
+	n := 0
+	for i := range ops {
+		if o := &ops[i]; o.ovk == "" && o.kind != opDropTree {
+			n += 1 + len(o.tree) + len(o.key)
+		}
+	}
+	return n
 }
 
 // register records req's writes in the overlay. The caller holds txMu and
@@ -61,6 +75,12 @@ func (db *DB) register(req *commitReq) {
 	db.cleanup()
 	f.gen++
 	req.gen = f.gen
+	// The keys made here live as long as their entries: one buffer holds
+	// them all.
+	var arena []byte
+	if n := ovKeysSize(req.ops); n > 0 {
+		arena = make([]byte, 0, n)
+	}
 	for i := range req.ops {
 		o := &req.ops[i]
 		switch o.kind {
@@ -76,11 +96,17 @@ func (db *DB) register(req *commitReq) {
 			}
 			k := o.ovk
 			if k == "" {
-				k = ovKey(o.tree, o.key)
+				start := len(arena)
+				arena = appendOvKey(arena, o.tree, o.key)
+				k = bstr(arena[start:])
 			}
 			f.keys[k] = ovEntry{gen: req.gen, val: o.value, del: o.kind == opDelete}
 			if req.ovKeys == nil {
-				req.ovKeys = make([]string, 0, len(req.ops))
+				if len(req.ops) <= len(req.ovKeyBuf) {
+					req.ovKeys = req.ovKeyBuf[:0]
+				} else {
+					req.ovKeys = make([]string, 0, len(req.ops))
+				}
 			}
 			req.ovKeys = append(req.ovKeys, k)
 		}
@@ -159,7 +185,8 @@ func (db *DB) drainUntil(deadline time.Time) bool {
 func (db *DB) lookup(tree, key []byte) (val []byte, ok, found bool) {
 	f := &db.fl
 	d := f.drops[string(tree)]
-	if e, hit := f.keys[ovKey(tree, key)]; hit && e.gen > d {
+	var buf [80]byte
+	if e, hit := f.keys[string(appendOvKey(buf[:0], tree, key))]; hit && e.gen > d {
 		return e.val, !e.del, true
 	}
 	if d > 0 {
@@ -247,11 +274,16 @@ func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) 
 	db.enterFn()
 	defer db.leaveFn()
 	db.cleanup()
-	tx := &Txn{db: db, prefix: prefix, ordered: true}
+	// One allocation for both: the Commit outlives the Txn, whose batch
+	// its request holds anyway.
+	tc := &struct {
+		tx Txn
+		c  Commit
+	}{tx: Txn{db: db, prefix: prefix, ordered: true}, c: Commit{db: db}}
+	tx, c := &tc.tx, &tc.c
 	if err := db.runTxn(tx, fn); err != nil {
 		return nil, err
 	}
-	c := &Commit{db: db}
 	if len(tx.b.ops) == 0 {
 		c.once.Do(func() {})
 		return c, nil

@@ -412,3 +412,98 @@ func TestSubmit_NoSyncReadableThenDurable(t *testing.T) {
 		}
 	}
 }
+
+// A transaction's reads of its own writes agree with a model, for
+// transactions short enough to be scanned and long enough to be indexed,
+// in Update and in Submit, over committed keys and in-flight ones.
+func TestTxn_OwnWritesModel(t *testing.T) {
+	db := openMem(t)
+	indexes := []string{"a", "b"}
+	keys := []string{"k0", "k1", "k2", "k3"}
+	type kv = map[string]string // index + "/" + key -> value
+	committed := kv{}
+	for _, ix := range indexes {
+		for _, k := range keys[:2] {
+			v := "c-" + ix + k
+			if err := db.Put(ix, []byte(k), []byte(v)); err != nil {
+				t.Fatal(err)
+			}
+			committed[ix+"/"+k] = v
+		}
+	}
+	rnd := uint64(7)
+	next := func(n int) int {
+		rnd ^= rnd << 13
+		rnd ^= rnd >> 7
+		rnd ^= rnd << 17
+		return int(rnd % uint64(n))
+	}
+	for round := 0; round < 60; round++ {
+		nops := 1 + next(40) // crosses the scan/index boundary
+		model := kv{}
+		for k, v := range committed {
+			model[k] = v
+		}
+		body := func(tx *kdb.Txn) error {
+			for i := 0; i < nops; i++ {
+				ix, k := indexes[next(2)], keys[next(4)]
+				switch r := next(10); {
+				case r < 6:
+					v := "v" + string(rune('a'+next(26)))
+					if err := tx.Put(ix, []byte(k), []byte(v)); err != nil {
+						return err
+					}
+					model[ix+"/"+k] = v
+				case r < 9:
+					if err := tx.Delete(ix, []byte(k)); err != nil {
+						return err
+					}
+					delete(model, ix+"/"+k)
+				default:
+					if err := tx.DropIndex(ix); err != nil {
+						return err
+					}
+					for _, kk := range keys {
+						delete(model, ix+"/"+kk)
+					}
+				}
+				for _, ix := range indexes {
+					for _, k := range keys {
+						v, err := tx.Get(ix, []byte(k))
+						want, ok := model[ix+"/"+k]
+						switch {
+						case !ok && !errors.Is(err, kdb.ErrNotFound):
+							t.Fatalf("round %d op %d: Get(%s, %s) = %q, %v; want not found", round, i, ix, k, v, err)
+						case ok && (err != nil || string(v) != want):
+							t.Fatalf("round %d op %d: Get(%s, %s) = %q, %v; want %q", round, i, ix, k, v, err, want)
+						}
+					}
+				}
+			}
+			return nil
+		}
+		if round%2 == 0 {
+			if err := db.Update(body); err != nil {
+				t.Fatal(err)
+			}
+		} else {
+			c, err := db.Submit(body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Wait(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		committed = model
+		for _, ix := range indexes {
+			for _, k := range keys {
+				v, err := db.Get(ix, []byte(k))
+				want, ok := committed[ix+"/"+k]
+				if (!ok && !errors.Is(err, kdb.ErrNotFound)) || (ok && (err != nil || string(v) != want)) {
+					t.Fatalf("round %d committed: Get(%s, %s) = %q, %v; want %q (%v)", round, ix, k, v, err, want, ok)
+				}
+			}
+		}
+	}
+}

@@ -110,25 +110,67 @@ func (tx *Txn) DropIndex(index string) error {
 // Options.Sync other than SyncAlways every commit is like that already.
 func (tx *Txn) NoSync() { tx.noSync = true }
 
+// ownScanMax is how many operations a Txn finds its own writes among by a
+// scan; past it, record indexes them in own and dropped.
+const ownScanMax = 16
+
 func (tx *Txn) record() error {
 	if tx.b.err != nil {
 		return tx.b.err
 	}
-	i := len(tx.b.ops) - 1
+	n := len(tx.b.ops)
+	switch {
+	case n <= ownScanMax:
+	case tx.own == nil:
+		tx.own = make(map[string]int, 2*n)
+		for i := range tx.b.ops {
+			tx.index(i)
+		}
+	default:
+		tx.index(n - 1)
+	}
+	return nil
+}
+
+// index records op i in own or dropped.
+func (tx *Txn) index(i int) {
 	o := &tx.b.ops[i]
 	if o.kind == opDropTree {
 		if tx.dropped == nil {
 			tx.dropped = make(map[string]int)
 		}
 		tx.dropped[string(o.tree)] = i
-		return nil
-	}
-	if tx.own == nil {
-		tx.own = make(map[string]int, 8)
+		return
 	}
 	o.ovk = ovKey(o.tree, o.key)
 	tx.own[o.ovk] = i
-	return nil
+}
+
+// ownOp returns the transaction's last write of key in tree: found is
+// false if it has none; o is nil if the tree was dropped since.
+func (tx *Txn) ownOp(tree, key []byte) (o *op, found bool) {
+	ops := tx.b.ops
+	if tx.own == nil {
+		for i := len(ops) - 1; i >= 0; i-- {
+			o := &ops[i]
+			if !bytes.Equal(o.tree, tree) {
+				continue
+			}
+			if o.kind == opDropTree {
+				return nil, true
+			}
+			if bytes.Equal(o.key, key) {
+				return o, true
+			}
+		}
+		return nil, false
+	}
+	d, dropped := tx.dropped[string(tree)]
+	var buf [80]byte
+	if i, ok := tx.own[string(appendOvKey(buf[:0], tree, key))]; ok && (!dropped || i > d) {
+		return &ops[i], true
+	}
+	return nil, dropped
 }
 
 // Get returns a copy of the value of key in the named index as this
@@ -140,16 +182,11 @@ func (tx *Txn) Get(index string, key []byte) ([]byte, error) {
 	}
 	tx.b.prefix = tx.prefix
 	tree := tx.b.tree(index)
-	d, dropped := tx.dropped[string(tree)]
-	if i, ok := tx.own[ovKey(tree, key)]; ok && (!dropped || i > d) {
-		o := tx.b.ops[i]
-		if o.kind == opDelete {
+	if o, found := tx.ownOp(tree, key); found {
+		if o == nil || o.kind == opDelete {
 			return nil, ErrNotFound
 		}
 		return bytes.Clone(o.value), nil
-	}
-	if dropped {
-		return nil, ErrNotFound
 	}
 	if tx.ordered {
 		if v, ok, found := tx.db.lookup(tree, key); found {
