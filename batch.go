@@ -14,6 +14,33 @@ type Batch struct {
 	err    error
 	prefix string // tree-name prefix of its index names: "" (user indexes) or a namespace's
 	names  treeNames
+	// arena holds the copies of small keys and values, several to an
+	// allocation. Never reused once handed out (Reset drops it): a
+	// committed batch's values stay referenced until it is applied.
+	arena []byte
+}
+
+// Copies of at most arenaSmall bytes share chunks of the batch's arena,
+// which grow from arenaMin to arenaMax bytes; larger ones are allocated
+// alone.
+const (
+	arenaSmall = 256
+	arenaMin   = 512
+	arenaMax   = 8 << 10
+)
+
+// alloc returns n bytes of fresh memory for the batch's copies.
+func (b *Batch) alloc(n int) []byte {
+	if n > arenaSmall {
+		return make([]byte, n)
+	}
+	if cap(b.arena)-len(b.arena) < n {
+		c := min(max(2*cap(b.arena), arenaMin), arenaMax)
+		b.arena = make([]byte, 0, c)
+	}
+	s := b.arena[len(b.arena) : len(b.arena)+n : len(b.arena)+n]
+	b.arena = b.arena[:len(b.arena)+n]
+	return s
 }
 
 // tree returns the tree name of index under the batch's prefix.
@@ -52,7 +79,7 @@ func (b *Batch) Put(index string, key, value []byte) {
 		b.err = fmt.Errorf("%w: value of %d bytes (max %d)", ErrInvalid, len(value), MaxValueSize)
 	}
 	// One allocation holds the copies of both.
-	kv := make([]byte, len(key)+len(value))
+	kv := b.alloc(len(key) + len(value))
 	copy(kv, key)
 	copy(kv[len(key):], value)
 	b.add(op{kind: opPut, tree: b.tree(index), key: kv[:len(key):len(key)], value: kv[len(key):]})
@@ -62,7 +89,9 @@ func (b *Batch) Put(index string, key, value []byte) {
 // error.
 func (b *Batch) Delete(index string, key []byte) {
 	b.check(index, key)
-	b.add(op{kind: opDelete, tree: b.tree(index), key: clone(key)})
+	k := b.alloc(len(key))
+	copy(k, key)
+	b.add(op{kind: opDelete, tree: b.tree(index), key: k})
 }
 
 // DropIndex removes the named index and all its keys.

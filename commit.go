@@ -51,6 +51,9 @@ type commitReq struct {
 	// done receives one token: the request was answered (err) or made the
 	// leader (lead).
 	done chan struct{}
+	// Backing arrays for recs and ovKeys of a small batch.
+	recBuf   [2]journal.Record
+	ovKeyBuf [8]string
 }
 
 // commitQueue holds the batches submitted and not yet taken by a leader,

@@ -469,6 +469,7 @@ func (db *DB) Delete(index string, key []byte) error {
 // checks; the batch record itself is built by seal, outside txMu.
 func (db *DB) encode(ops []op, own bool) (*commitReq, error) {
 	req := &commitReq{ops: ops, done: make(chan struct{}, 1)}
+	req.recs = req.recBuf[:0]
 	if !own {
 		req.ops = make([]op, len(ops))
 		copy(req.ops, ops)
