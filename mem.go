@@ -84,6 +84,28 @@ type memKey struct {
 	queued    bool // in its table's revisit list (writer only)
 }
 
+// newMemKey returns a node of height h. The low heights, most nodes (3 in
+// 4 are of height 1), hold their links in the same allocation.
+func newMemKey(h int) *memKey {
+	switch h {
+	case 1:
+		n := new(struct {
+			memKey
+			links [1]atomic.Pointer[memKey]
+		})
+		n.next = n.links[:]
+		return &n.memKey
+	case 2:
+		n := new(struct {
+			memKey
+			links [2]atomic.Pointer[memKey]
+		})
+		n.next = n.links[:]
+		return &n.memKey
+	}
+	return &memKey{next: make([]atomic.Pointer[memKey], h)}
+}
+
 // memTree is a tree's metadata in a table.
 type memTree struct {
 	name string                  // the table's own copy, shared by its keys' nodes
@@ -232,7 +254,8 @@ func (t *memTable) insertKey(tree, key string) *memKey {
 		t.height.Store(int32(nh))
 	}
 	// The node keeps copies: the caller's strings may alias its batch.
-	n := &memKey{tree: t.intern(tree), key: strings.Clone(key), next: make([]atomic.Pointer[memKey], nh)}
+	n := newMemKey(nh)
+	n.tree, n.key = t.intern(tree), strings.Clone(key)
 	for lvl := 0; lvl < nh; lvl++ {
 		n.next[lvl].Store(prev[lvl].next[lvl].Load())
 	}

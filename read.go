@@ -103,6 +103,16 @@ type Snapshot struct {
 	mv     memView // what it sees of the mem tables (mem.go)
 	names  treeNames
 	ended  atomic.Bool
+	// opened caches the trees opened last (a snapshot is immutable, and
+	// a transaction reads the same few trees over and over).
+	opened [4]openedTree
+	nextOp int
+}
+
+type openedTree struct {
+	name string
+	t    *snapTree // nil: no such tree in the snapshot
+	ok   bool
 }
 
 // snapTree is one tree as a snapshot sees it: the mem tables' versions
@@ -119,6 +129,25 @@ type snapTree struct {
 // openTree returns the tree called name (full name), or nil if it does not
 // exist in the snapshot.
 func (s *Snapshot) openTree(name []byte) (*snapTree, error) {
+	for i := range s.opened {
+		if o := &s.opened[i]; o.ok && o.name == string(name) {
+			return o.t, nil
+		}
+	}
+	t, err := s.openTreeUncached(name)
+	if err != nil {
+		return nil, err
+	}
+	o := &s.opened[s.nextOp]
+	s.nextOp = (s.nextOp + 1) % len(s.opened)
+	o.ok, o.t, o.name = true, t, string(name)
+	if t != nil {
+		o.name = t.name
+	}
+	return t, nil
+}
+
+func (s *Snapshot) openTreeUncached(name []byte) (*snapTree, error) {
 	n := string(name)
 	t := &snapTree{s: s, name: n}
 	t.lower, t.hidden = s.mv.lower(n)
