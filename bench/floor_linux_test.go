@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 	"time"
 
@@ -48,6 +49,89 @@ func BenchmarkFsyncGroup(b *testing.B) {
 	for _, state := range []string{"fallocated", "written"} {
 		for _, kib := range []int{4, 16, 32} {
 			b.Run(fmt.Sprintf("file=%s/size=%dKiB", state, kib), func(b *testing.B) { fsyncLoop(b, state, kib<<10) })
+		}
+	}
+}
+
+// BenchmarkFsyncBusy is the floor's loop (1 KiB into written blocks)
+// while one thread spins on one CPU (busy=cpuN, pinned there), against
+// busy=none: what CPU work elsewhere in the process costs each fdatasync,
+// CPU by CPU. The loop runs in a goroutine as kdb's journal syncs do
+// (loop=goroutine), or locked to its own thread (loop=thread), which
+// isolates the machine's part from the Go runtime's. Nothing is pinned
+// but the spinning thread.
+//
+// On the 2-vCPU VM (2026-12-02, Linux 6.18; /proc/interrupts: the disk's
+// virtio queue interrupt is handled by CPU 1 only), 4 rounds of 1,500
+// fdatasyncs, mean per sync: busy=none 175-320 µs (190 in 3 rounds of 4),
+// busy=cpu1 376-680 µs (2x, every round, both loops), busy=cpu0 either
+// 212-250 µs or 477-541 µs (5 of 8 runs; 373 in one), presumably as the
+// syncing thread was or was not placed on the spinner's CPU. A one-off
+// loop with the syncing thread pinned to the other CPU than the spinner's:
+// CPU 1 busy +100-150 µs per sync, CPU 0 busy +0-40 µs. A completion reaches a
+// busy vCPU late, so the CPU work a process does while its journal syncs
+// (producers building their transactions, the previous group's apply,
+// the runtime's own threads) slows that sync on this machine class.
+//
+//	go test ./bench -run '^$' -bench FsyncBusy -benchtime 2000x -count 3
+func BenchmarkFsyncBusy(b *testing.B) {
+	var cpus unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &cpus); err != nil {
+		b.Skipf("sched_getaffinity: %v", err)
+	}
+	busy := []int{-1}
+	for cpu := 0; cpu < 8; cpu++ {
+		if cpus.IsSet(cpu) {
+			busy = append(busy, cpu)
+		}
+	}
+	for _, loop := range []string{"goroutine", "thread"} {
+		for _, cpu := range busy {
+			name := "busy=none"
+			if cpu >= 0 {
+				name = fmt.Sprintf("busy=cpu%d", cpu)
+			}
+			b.Run("loop="+loop+"/"+name, func(b *testing.B) {
+				if cpu >= 0 {
+					stop := make(chan struct{})
+					done := make(chan error, 1)
+					go spin(cpu, stop, done)
+					defer func() {
+						close(stop)
+						if err := <-done; err != nil {
+							b.Fatal(err)
+						}
+					}()
+				}
+				if loop == "thread" {
+					runtime.LockOSThread()
+					defer runtime.UnlockOSThread()
+				}
+				fsyncLoop(b, "written", 1024)
+			})
+		}
+	}
+}
+
+// spin keeps CPU cpu busy until stop is closed, from a thread pinned
+// there, and then reports on done.
+func spin(cpu int, stop <-chan struct{}, done chan<- error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread() // the thread is pinned: the runtime drops it
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		done <- err
+		return
+	}
+	for n := 0; ; n++ {
+		if n%1024 == 0 {
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
 		}
 	}
 }
