@@ -236,7 +236,7 @@ func (h *Hook) scan(s *kdb.Snapshot, index string, fn func(k, v []byte) error) e
 	it := s.Iter(index)
 	ok := it.First()
 	for ok {
-		k := bytes.Clone(it.Key())
+		k := it.Key() // valid until it moves; fn keeps neither k nor v
 		v := it.Value()
 		if err := it.Err(); err != nil {
 			if !errors.Is(err, kdb.ErrCorrupt) {
@@ -244,8 +244,9 @@ func (h *Hook) scan(s *kdb.Snapshot, index string, fn func(k, v []byte) error) e
 			}
 			h.skip(index, k, err)
 			// Err is sticky: go on with a fresh iterator after k.
+			next := append(bytes.Clone(k), 0)
 			it = s.Iter(index)
-			ok = it.Seek(append(k, 0))
+			ok = it.Seek(next)
 			continue
 		}
 		if err := fn(k, v); err != nil {
@@ -989,15 +990,19 @@ func (h *Hook) StoredRetainedMessages() ([]storage.Message, error) {
 			out = make([]storage.Message, 0, n) // sized once, not regrown (and copied) ~20 times for 100,000
 		}
 		return h.scan(s, idxRetained, func(k, v []byte) error {
-			m, err := decodeMessage(v, "retained")
+			// Decoded in place: a storage.Message is large, and 100,000
+			// copies of it showed in a restart's profile.
+			out = append(out, storage.Message{})
+			m := &out[len(out)-1]
+			err := decodeMessageInto(m, v, "retained")
+			if err == nil && (m.TopicName == "" || m.FixedHeader.Type != packets.Publish) {
+				err = fmt.Errorf("%w: retained record topic=%q type=%d", errMalformed, m.TopicName, m.FixedHeader.Type)
+			}
 			if err != nil {
-				return err
+				*m = storage.Message{} // the slot beyond len keeps no pointers
+				out = out[:len(out)-1]
 			}
-			if m.TopicName == "" || m.FixedHeader.Type != packets.Publish {
-				return fmt.Errorf("%w: retained record topic=%q type=%d", errMalformed, m.TopicName, m.FixedHeader.Type)
-			}
-			out = append(out, m)
-			return nil
+			return err
 		})
 	})
 	return out, err

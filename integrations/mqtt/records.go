@@ -171,27 +171,35 @@ func decodeSub(v []byte) (storage.Subscription, error) {
 // the hook wrote (it starts with '{').
 func decodeMessage(v []byte, what string) (storage.Message, error) {
 	var m storage.Message
+	err := decodeMessageInto(&m, v, what)
+	return m, err
+}
+
+// decodeMessageInto is decodeMessage into *m, which must be zero. It keeps
+// nothing of v.
+func decodeMessageInto(m *storage.Message, v []byte, what string) error {
 	if len(v) == 0 {
-		return m, fmt.Errorf("%w: empty %s record", errMalformed, what)
+		return fmt.Errorf("%w: empty %s record", errMalformed, what)
 	}
 	switch v[0] {
 	case msgFormat:
 		r := reader{b: v[1:]}
-		r.message(&m)
+		r.message(m)
 		if r.err != nil {
-			return storage.Message{}, fmt.Errorf("%w: %s: %v", errMalformed, what, r.err)
+			*m = storage.Message{}
+			return fmt.Errorf("%w: %s: %v", errMalformed, what, r.err)
 		}
 	case '{':
 		if err := m.UnmarshalBinary(v); err != nil {
-			return m, fmt.Errorf("%w: %s: %v", errMalformed, what, err)
+			return fmt.Errorf("%w: %s: %v", errMalformed, what, err)
 		}
 	default:
-		return m, fmt.Errorf("%w: %s record of unknown format %#x", errMalformed, what, v[0])
+		return fmt.Errorf("%w: %s record of unknown format %#x", errMalformed, what, v[0])
 	}
 	if m.FixedHeader.Qos > 2 {
-		return m, fmt.Errorf("%w: %s record with QoS %d", errMalformed, what, m.FixedHeader.Qos)
+		return fmt.Errorf("%w: %s record with QoS %d", errMalformed, what, m.FixedHeader.Qos)
 	}
-	return m, nil
+	return nil
 }
 
 // msgFormat is the first byte of a message record in the binary encoding

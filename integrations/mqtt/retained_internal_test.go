@@ -1,0 +1,66 @@
+package kdbmqtt
+
+import (
+	"io"
+	"log/slog"
+	"testing"
+
+	mqtt "github.com/mochi-mqtt/server/v2"
+	"github.com/mochi-mqtt/server/v2/hooks/storage"
+	"github.com/mochi-mqtt/server/v2/packets"
+
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/vfs"
+)
+
+// StoredRetainedMessages returns exactly the good retained records, in key
+// order, whatever bad ones lie between them (each skipped and counted):
+// nothing of a skipped record, and no empty message in its place.
+func TestStoredRetainedMessages_SkipsBadRecordsExactly(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ns, err := db.Namespace(Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := func(topic, payload string) []byte {
+		m := storage.Message{ID: storage.RetainedKey + "_" + topic, T: storage.RetainedKey, TopicName: topic, Payload: []byte(payload),
+			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}}
+		return encodeMessage(&m)
+	}
+	b := ns.NewBatch()
+	b.Put(idxRetained, []byte("a/1"), good("a/1", "one"))
+	b.Put(idxRetained, []byte("a/2"), []byte{msgFormat, 5, 'b', 'a'}) // truncated
+	b.Put(idxRetained, []byte("a/3"), good("a/3", "three"))
+	b.Put(idxRetained, []byte("a/4"), good("", "no topic"))
+	b.Put(idxRetained, []byte("a/5"), []byte{0x7f})
+	b.Put(idxRetained, []byte("a/6"), good("a/6", "six"))
+	if err := db.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	h := new(Hook)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h.SetOpts(log, &mqtt.HookOptions{})
+	if err := h.Init(&Options{DB: db, Server: mqtt.New(&mqtt.Options{Logger: log})}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := h.StoredRetainedMessages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"a/1=one", "a/3=three", "a/6=six"}
+	if len(got) != len(want) {
+		t.Fatalf("got %d messages, want %d: %+v", len(got), len(want), got)
+	}
+	for i, m := range got {
+		if s := m.TopicName + "=" + string(m.Payload); s != want[i] {
+			t.Errorf("message %d: %q, want %q", i, s, want[i])
+		}
+	}
+	if n := h.skipped.Load(); n != 3 {
+		t.Errorf("skipped %d records, want 3", n)
+	}
+}
