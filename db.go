@@ -451,14 +451,14 @@ func (db *DB) write(b *Batch, own bool) error {
 
 // Put sets key to value in the named index. On return it is durable.
 func (db *DB) Put(index string, key, value []byte) error {
-	var b Batch
+	b := Batch{ops: make([]op, 0, 1)} // one op: not the 8 a batch starts with
 	b.Put(index, key, value)
 	return db.write(&b, true)
 }
 
 // Delete removes key from the named index. On return it is durable.
 func (db *DB) Delete(index string, key []byte) error {
-	var b Batch
+	b := Batch{ops: make([]op, 0, 1)}
 	b.Delete(index, key)
 	return db.write(&b, true)
 }
