@@ -25,7 +25,7 @@ type Batch struct {
 // alone.
 const (
 	arenaSmall = 256
-	arenaMin   = 512
+	arenaMin   = 256
 	arenaMax   = 8 << 10
 )
 
