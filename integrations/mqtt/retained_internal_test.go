@@ -5,12 +5,11 @@ import (
 	"log/slog"
 	"testing"
 
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/vfs"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
-
-	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/vfs"
 )
 
 // StoredRetainedMessages returns exactly the good retained records, in key
