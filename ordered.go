@@ -56,13 +56,16 @@ func appendOvKey(b, tree, key []byte) []byte {
 	return append(append(append(b, byte(len(tree))), tree...), key...)
 }
 
-// ovKeysSize returns the bytes of the overlay keys of ops that have none
-// yet.
+// ovKeysSize returns the bytes of the overlay keys register makes: those
+// of the key writes that have none yet.
 func ovKeysSize(ops []op) int {
 	n := 0
 	for i := range ops {
-		if o := &ops[i]; o.ovk == "" && o.kind != opDropTree {
-			n += 1 + len(o.tree) + len(o.key)
+		switch o := &ops[i]; o.kind {
+		case opDelete, opPut, opPutJournal:
+			if o.ovk == "" {
+				n += 1 + len(o.tree) + len(o.key)
+			}
 		}
 	}
 	return n
