@@ -300,8 +300,10 @@ func forWriter(steps []dbtest.Step, g int) []dbtest.Step {
 //
 // The default run takes seconds; KDB_LONG=1 runs 8 seeds of much longer
 // workloads (well over 100,000 crash points). KDB_CRASH_STEPS sets the
-// sequential shape's steps, KDB_CRASH_SEEDS the number of seeds, and
-// KDB_CRASH_SHAPE=name runs one shape only.
+// sequential shape's steps, KDB_CRASH_SEEDS the number of seeds,
+// KDB_CRASH_FIRST_SEED the first of them (1 by default: so that processes
+// running seeds 1-4 and 5-8 together make one KDB_LONG run on two cores),
+// and KDB_CRASH_SHAPE=name runs one shape only.
 func TestDB_CrashCampaign(t *testing.T) {
 	seeds := 1
 	if os.Getenv("KDB_LONG") != "" {
@@ -310,17 +312,21 @@ func TestDB_CrashCampaign(t *testing.T) {
 	if v, err := strconv.Atoi(os.Getenv("KDB_CRASH_SEEDS")); err == nil {
 		seeds = v
 	}
+	first := 1
+	if v, err := strconv.Atoi(os.Getenv("KDB_CRASH_FIRST_SEED")); err == nil && v >= 1 {
+		first = v
+	}
 	var total campaignCounts
 	for _, cfg := range campaigns() {
 		if only := os.Getenv("KDB_CRASH_SHAPE"); only != "" && only != cfg.name {
 			continue
 		}
 		var c campaignCounts
-		for seed := 1; seed <= seeds; seed++ {
+		for seed := first; seed < first+seeds; seed++ {
 			runCampaign(t, cfg, uint64(seed), &c)
 		}
-		t.Logf("%s: crash-points=%d acknowledged-lost=%d failed-opens=%d check-failures=%d free-list-wrong=%d free-list-lies=%d (loaded free pages proven: %d; second crashes during recovery: %d; free list trusted at %d points; %d seeds x %d steps x %d writers, every %d ops)",
-			cfg.name, c.points.Load(), c.lost.Load(), c.failedOpens.Load(), c.checkFailures.Load(), c.idMismatch.Load()+c.scanWithoutReason.Load(), c.lies.Load(), c.proven.Load(), c.second.Load(), c.trusted.Load(), seeds, cfg.steps, cfg.writers, cfg.every)
+		t.Logf("%s: crash-points=%d acknowledged-lost=%d failed-opens=%d check-failures=%d free-list-wrong=%d free-list-lies=%d (loaded free pages proven: %d; second crashes during recovery: %d; free list trusted at %d points; %d seeds (%d-%d) x %d steps x %d writers, every %d ops)",
+			cfg.name, c.points.Load(), c.lost.Load(), c.failedOpens.Load(), c.checkFailures.Load(), c.idMismatch.Load()+c.scanWithoutReason.Load(), c.lies.Load(), c.proven.Load(), c.second.Load(), c.trusted.Load(), seeds, first, first+seeds-1, cfg.steps, cfg.writers, cfg.every)
 		if c.points.Load() < int64(cfg.steps/cfg.every) {
 			t.Errorf("%s: only %d crash points for %d steps", cfg.name, c.points.Load(), cfg.steps)
 		}
