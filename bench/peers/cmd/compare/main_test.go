@@ -55,9 +55,10 @@ func TestTargetTable_MetAndMissed(t *testing.T) {
 	}{
 		{targets[0].text, "**met**", "150.0x"},    // 150 ms / 1 ms
 		{targets[1].text, "**missed**", "= 1.11"}, // 1 ms / 0.9 ms
-		{targets[2].text, "**missed**", "4.00x"},  // 10000 / 2500
-		{targets[3].text, "**missed**", "0.80x"},  // 20000 / 25000
-		{targets[4].text, "**met**", "= 1.15"},    // 2.3 / 2.0
+		{targets[2].text, "**missed**", "4.00x"},  // 10000 / 2500, want 5x
+		{targets[3].text, "**met**", "4.00x"},     // the same, want 2x
+		{targets[4].text, "**missed**", "0.80x"},  // 20000 / 25000
+		{targets[5].text, "**met**", "= 1.15"},    // 2.3 / 2.0
 	}
 	for _, w := range want {
 		l, ok := rows[w.text]
