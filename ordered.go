@@ -362,13 +362,7 @@ func (n *Namespace) NewBatch() *Batch { return &Batch{prefix: n.prefix} }
 
 // Get is DB.Get in the namespace.
 func (n *Namespace) Get(index string, key []byte) ([]byte, error) {
-	var v []byte
-	err := n.View(func(s *Snapshot) error {
-		var err error
-		v, err = s.Get(index, key)
-		return err
-	})
-	return v, err
+	return n.db.get(n.prefix, index, key)
 }
 
 // View is DB.View in the namespace: the snapshot's index names are the

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"iter"
 	"sort"
+	"sync"
 	"sync/atomic"
 
 	"github.com/kdb-project/kdb/index"
@@ -15,13 +16,37 @@ import (
 
 // Get returns a copy of the value of key in the named index, or ErrNotFound.
 func (db *DB) Get(index string, key []byte) ([]byte, error) {
-	var v []byte
-	err := db.View(func(s *Snapshot) error {
-		var err error
-		v, err = s.Get(index, key)
-		return err
-	})
+	return db.get(userTreePrefix, index, key)
+}
+
+// getSnapshots holds the Snapshots of DB.Get and Namespace.Get: such a
+// snapshot never reaches the caller, so it is reused (with the tree names
+// it made), which spares a point read the allocations of a whole View.
+var getSnapshots = sync.Pool{New: func() any { return new(Snapshot) }}
+
+// get is Get in the indexes whose tree names start with prefix.
+func (db *DB) get(prefix, index string, key []byte) ([]byte, error) {
+	s := getSnapshots.Get().(*Snapshot)
+	s.want.index, s.want.key = index, key
+	err := db.viewIn(prefix, s, getInView)
+	v := s.want.got
+	s.recycle()
+	getSnapshots.Put(s)
 	return v, err
+}
+
+// getInView is get's View function (a plain function: no closure to
+// allocate).
+func getInView(s *Snapshot) error {
+	var err error
+	s.want.got, err = s.Get(s.want.index, s.want.key)
+	return err
+}
+
+// recycle clears a get snapshot for its next use, keeping its tree names.
+func (s *Snapshot) recycle() {
+	names := s.names
+	*s = Snapshot{names: names}
 }
 
 // View runs fn with a consistent snapshot of the store: every write
@@ -37,6 +62,12 @@ func (db *DB) View(fn func(s *Snapshot) error) error {
 }
 
 func (db *DB) view(prefix string, fn func(s *Snapshot) error) error {
+	return db.viewIn(prefix, nil, fn)
+}
+
+// viewIn is view; a non-nil s is the (cleared) Snapshot to fill rather
+// than a new one.
+func (db *DB) viewIn(prefix string, s *Snapshot, fn func(s *Snapshot) error) error {
 	for {
 		// The index snapshot first, then the mem tables' state and S: S is
 		// then at least the bound of every flush the snapshot holds. A
@@ -62,7 +93,10 @@ func (db *DB) view(prefix string, fn func(s *Snapshot) error) error {
 				return err
 			}
 			defer db.endView(floor, mv.s)
-			s := &Snapshot{db: db, prefix: prefix, tx: tx, mv: mv}
+			if s == nil {
+				s = new(Snapshot)
+			}
+			s.db, s.prefix, s.tx, s.mv = db, prefix, tx, mv
 			defer s.ended.Store(true)
 			return fn(s)
 		})
@@ -107,6 +141,15 @@ type Snapshot struct {
 	// a transaction reads the same few trees over and over).
 	opened [4]openedTree
 	nextOp int
+	// first holds the first tree the snapshot opens (most open one).
+	first     snapTree
+	firstUsed bool
+	// want is a get snapshot's question and answer (DB.get).
+	want struct {
+		index string
+		key   []byte
+		got   []byte
+	}
 }
 
 type openedTree struct {
@@ -149,7 +192,14 @@ func (s *Snapshot) openTree(name []byte) (*snapTree, error) {
 
 func (s *Snapshot) openTreeUncached(name []byte) (*snapTree, error) {
 	n := string(name)
-	t := &snapTree{s: s, name: n}
+	var t *snapTree
+	if !s.firstUsed {
+		s.firstUsed = true
+		t = &s.first
+	} else {
+		t = new(snapTree)
+	}
+	*t = snapTree{s: s, name: n}
 	t.lower, t.hidden = s.mv.lower(n)
 	if !t.hidden {
 		b, err := s.tx.OpenTree(name)
