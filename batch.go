@@ -50,23 +50,37 @@ func (b *Batch) tree(index string) []byte { return b.names.get(b.prefix, index) 
 // snapshot names few; the ops and reads share a name, which is never
 // changed).
 type treeNames struct {
-	e [4]struct {
-		index, prefix string
-		tree          []byte
-	}
+	e    [4]treeNameEntry
 	next int
 }
 
-func (c *treeNames) get(prefix, index string) []byte {
+type treeNameEntry struct {
+	index, prefix string
+	tree          []byte
+	str           string // tree as a string, once getBoth made it
+}
+
+func (c *treeNames) get(prefix, index string) []byte { return c.entry(prefix, index).tree }
+
+// getBoth returns get's tree name, and the same as a string.
+func (c *treeNames) getBoth(prefix, index string) ([]byte, string) {
+	e := c.entry(prefix, index)
+	if e.str == "" {
+		e.str = string(e.tree)
+	}
+	return e.tree, e.str
+}
+
+func (c *treeNames) entry(prefix, index string) *treeNameEntry {
 	for i := range c.e {
 		if e := &c.e[i]; e.tree != nil && e.index == index && e.prefix == prefix {
-			return e.tree
+			return e
 		}
 	}
 	e := &c.e[c.next]
 	c.next = (c.next + 1) % len(c.e)
-	e.index, e.prefix, e.tree = index, prefix, treeName(prefix, index)
-	return e.tree
+	*e = treeNameEntry{index: index, prefix: prefix, tree: treeName(prefix, index)}
+	return e
 }
 
 // NewBatch returns an empty batch.

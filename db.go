@@ -73,6 +73,10 @@ type DB struct {
 	// flight.
 	txMu sync.Mutex
 	fl   inflight
+	// txSnap is the Snapshot the next transaction's function reads
+	// through (runTxn), kept between transactions with its tree names;
+	// under txMu (Submit) or writeMu held exclusively (Update).
+	txSnap *Snapshot
 
 	compaction compaction // compact.go
 	mem        mem        // the mem tables: mem.go

@@ -77,3 +77,49 @@ func TestGet_ReusedSnapshotsSeeTheirOwnStore(t *testing.T) {
 		t.Fatalf("namespace after the root's delete: %q, %v", v, err)
 	}
 }
+
+// Transactions reuse the Snapshot they read through (DB.runTxn): an Iter
+// kept from one after its function returned must still say it is stale,
+// not read the next transaction's snapshot; and each transaction reads its
+// own namespace's trees, as they are when it starts.
+func TestTxn_ReusedSnapshotsStayTheirOwn(t *testing.T) {
+	db, err := kdb.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ns, err := db.Namespace("n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kept *kdb.Iter
+	for i := range 20 {
+		for _, w := range []struct {
+			submit func(func(*kdb.Txn) error) (*kdb.Commit, error)
+			tag    string
+		}{{db.Submit, "root"}, {ns.Submit, "ns"}} {
+			want := fmt.Sprintf("%s-%d", w.tag, i-1)
+			c, err := w.submit(func(tx *kdb.Txn) error {
+				v, err := tx.Get("x", []byte("k"))
+				if i > 0 && (err != nil || string(v) != want) {
+					return fmt.Errorf("round %d %s: got %q, %v; want %q", i, w.tag, v, err, want)
+				}
+				if i%3 == 1 { // x exists (an Iter over no tree is just empty)
+					kept = tx.Iter("x")
+				}
+				return tx.Put("x", []byte("k"), fmt.Appendf(nil, "%s-%d", w.tag, i))
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			if kept != nil {
+				if kept.First() || !errors.Is(kept.Err(), kdb.ErrInvalid) {
+					t.Fatalf("round %d: an Iter kept after its transaction read on (err %v)", i, kept.Err())
+				}
+			}
+		}
+	}
+}

@@ -299,14 +299,27 @@ func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) 
 	return c, nil
 }
 
-// runTxn runs fn with tx over a fresh snapshot.
+// runTxn runs fn with tx over a fresh snapshot. The caller holds txMu, or
+// writeMu exclusively: transactions run one at a time, so the Snapshot
+// they read through is one reused (db.txSnap, with the tree names it
+// made), unless an Iter made from it may outlive the transaction.
 func (db *DB) runTxn(tx *Txn, fn func(tx *Txn) error) error {
-	err := db.View(func(s *Snapshot) error {
-		s.prefix = tx.prefix
+	s := db.txSnap
+	db.txSnap = nil
+	if s == nil {
+		s = new(Snapshot)
+	}
+	// A closure, not fn stored in s: that would move fn (and what it
+	// captures) to the heap.
+	err := db.viewIn(tx.prefix, s, func(s *Snapshot) error {
 		tx.s = s
 		defer func() { tx.s = nil }()
 		return fn(tx)
 	})
+	if !s.escaped {
+		s.recycle()
+		db.txSnap = s
+	}
 	if err != nil {
 		return err
 	}

@@ -43,7 +43,8 @@ func getInView(s *Snapshot) error {
 	return err
 }
 
-// recycle clears a get snapshot for its next use, keeping its tree names.
+// recycle clears a get or transaction snapshot for its next use, keeping
+// its tree names.
 func (s *Snapshot) recycle() {
 	names := s.names
 	*s = Snapshot{names: names}
@@ -141,15 +142,19 @@ type Snapshot struct {
 	// a transaction reads the same few trees over and over).
 	opened [4]openedTree
 	nextOp int
-	// first holds the first tree the snapshot opens (most open one).
-	first     snapTree
-	firstUsed bool
+	// inline holds the first trees the snapshot opens (most open a few),
+	// inlineUsed how many of them are.
+	inline     [2]snapTree
+	inlineUsed int
 	// want is a get snapshot's question and answer (DB.get).
 	want struct {
 		index string
 		key   []byte
 		got   []byte
 	}
+	// escaped: an Iter was made from s, so s may be read after its View
+	// (and must then say so): it is not reused.
+	escaped bool
 }
 
 type openedTree struct {
@@ -172,30 +177,40 @@ type snapTree struct {
 // openTree returns the tree called name (full name), or nil if it does not
 // exist in the snapshot.
 func (s *Snapshot) openTree(name []byte) (*snapTree, error) {
+	return s.openTreeNamed(name, "")
+}
+
+// openTreeNamed is openTree; str, if not empty, is name as a string.
+func (s *Snapshot) openTreeNamed(name []byte, str string) (*snapTree, error) {
 	for i := range s.opened {
 		if o := &s.opened[i]; o.ok && o.name == string(name) {
 			return o.t, nil
 		}
 	}
-	t, err := s.openTreeUncached(name)
+	if str == "" {
+		str = string(name)
+	}
+	t, err := s.openTreeUncached(name, str)
 	if err != nil {
 		return nil, err
 	}
 	o := &s.opened[s.nextOp]
 	s.nextOp = (s.nextOp + 1) % len(s.opened)
-	o.ok, o.t, o.name = true, t, string(name)
-	if t != nil {
-		o.name = t.name
-	}
+	o.ok, o.t, o.name = true, t, str
 	return t, nil
 }
 
-func (s *Snapshot) openTreeUncached(name []byte) (*snapTree, error) {
-	n := string(name)
+// openIndex opens the tree of the named index under s's prefix.
+func (s *Snapshot) openIndex(index string) (*snapTree, error) {
+	tree, str := s.names.getBoth(s.prefix, index)
+	return s.openTreeNamed(tree, str)
+}
+
+func (s *Snapshot) openTreeUncached(name []byte, n string) (*snapTree, error) {
 	var t *snapTree
-	if !s.firstUsed {
-		s.firstUsed = true
-		t = &s.first
+	if s.inlineUsed < len(s.inline) {
+		t = &s.inline[s.inlineUsed]
+		s.inlineUsed++
 	} else {
 		t = new(snapTree)
 	}
@@ -289,7 +304,7 @@ func (s *Snapshot) Get(index string, key []byte) ([]byte, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	t, err := s.openTree(s.names.get(s.prefix, index))
+	t, err := s.openIndex(index)
 	if err != nil {
 		return nil, err
 	}
@@ -311,7 +326,7 @@ func (s *Snapshot) Len(index string) (uint64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
-	t, err := s.openTree(s.names.get(s.prefix, index))
+	t, err := s.openIndex(index)
 	if err != nil || t == nil {
 		return 0, err
 	}
@@ -341,19 +356,20 @@ func (s *Snapshot) Exists(index string) (bool, error) {
 	if err := s.usable(); err != nil {
 		return false, err
 	}
-	t, err := s.openTree(s.names.get(s.prefix, index))
+	t, err := s.openIndex(index)
 	return t != nil, err
 }
 
 // Iter returns an iterator over the named index in key order (empty if the
 // index does not exist).
 func (s *Snapshot) Iter(index string) *Iter {
+	s.escaped = true
 	it := &Iter{s: s}
 	if err := s.usable(); err != nil {
 		it.err = err
 		return it
 	}
-	t, err := s.openTree(s.names.get(s.prefix, index))
+	t, err := s.openIndex(index)
 	switch {
 	case err != nil:
 		it.err = err

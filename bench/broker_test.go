@@ -229,3 +229,34 @@ func benchBrokerPairs(b *testing.B, producers int, async bool) {
 		b.ReportMetric(float64(el-time.Duration(st.ns.Load()-sync0))/float64(b.N)/1e3, "non-fsync-µs/pair")
 	}
 }
+
+// BenchmarkBrokerNoSync runs BenchmarkBroker's pairs with the journal never
+// synced (UnsafeSyncNever, nothing durable): what the broker's own work
+// allows, the bound on pairs/s when a sync costs nothing. cpu-µs/pair is
+// the process's CPU time (user and system, every thread) per pair;
+// allocs/op counts per pair too.
+func BenchmarkBrokerNoSync(b *testing.B) {
+	for _, producers := range []int{1, 16} {
+		b.Run(fmt.Sprintf("producers=%d", producers), func(b *testing.B) {
+			db, br := openBroker(b, filepath.Join(b.TempDir(), "db"), &kdb.Options{Sync: kdb.UnsafeSyncNever})
+			body := make([]byte, 1024)
+			var id atomic.Int64
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0 := cpuTime(b)
+			start := time.Now()
+			if err := runPairs(br, br.AckAsync, producers, b.N, &id, body); err != nil {
+				b.Fatal(err)
+			}
+			el := time.Since(start)
+			cpu := cpuTime(b) - cpu0
+			b.StopTimer()
+			b.ReportMetric(float64(b.N)/el.Seconds(), "pairs/s")
+			b.ReportMetric(float64(cpu)/float64(b.N)/1e3, "cpu-µs/pair")
+			if d, err := br.Destination(broker.Queue, "bench"); err != nil || d.Count != 0 {
+				b.Fatal(errors.Join(err, fmt.Errorf("left %+v", d)))
+			}
+			_ = db
+		})
+	}
+}
