@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -10,6 +11,7 @@ BenchmarkPeers/workload=write-1/engine=kdb-2         	    2000	    100000 ns/op	
 BenchmarkPeers/workload=write-1/engine=bbolt-2       	    2000	    400000 ns/op	      2500 ops/s
 BenchmarkPeers/workload=write-16/engine=kdb-2        	    2000	     50000 ns/op	     20000 ops/s
 BenchmarkPeers/workload=write-16/engine=pebble-2     	    2000	     40000 ns/op	     25000 ops/s
+BenchmarkPeers/workload=write-16-bound/engine=disk-2 	    2000	     37500 ns/op	   457.39 MB/s	     26667 ops/s	       600.0 µs/fsync
 BenchmarkPeers/workload=get/engine=kdb-2             	  100000	      2300 ns/op
 BenchmarkPeers/workload=get/engine=bbolt-2           	  100000	      2000 ns/op
 BenchmarkPeers/workload=open-after-crash-4GiB/engine=kdb-2         	       3	   1000000 ns/op	      5534 MiB	         0 pages-scanned/op	 0.5 recovery-ms/op
@@ -68,6 +70,107 @@ func TestTargetTable_MetAndMissed(t *testing.T) {
 		if !strings.Contains(l, w.status) || !strings.Contains(l, w.figure) {
 			t.Errorf("row %q: want %s and %s", l, w.status, w.figure)
 		}
+	}
+}
+
+// targetRow returns the row of target t in the targets table of raw.
+func targetRow(t *testing.T, raw string, tg target) string {
+	t.Helper()
+	tt := targetTable(parse([]byte(raw)))
+	for _, l := range strings.Split(tt, "\n") {
+		if strings.HasPrefix(l, "| "+tg.text+" |") {
+			return l
+		}
+	}
+	t.Fatalf("no row for %q in\n%s", tg.text, tt)
+	return ""
+}
+
+func TestTargetTable_Write16Bound(t *testing.T) {
+	if targets[4].workload != "write-16" || targets[4].peer != "pebble" {
+		t.Fatalf("targets[4] is %q, not write-16's", targets[4].text)
+	}
+	// sample: kdb 20000, pebble 25000 ops/s; the disk's bound 26667.
+	below := strings.Replace(sample, "26667 ops/s", "120000 ops/s", 1)
+	none := strings.Join(slices.DeleteFunc(strings.Split(sample, "\n"), func(l string) bool {
+		return strings.Contains(l, "write-16-bound")
+	}), "\n")
+	for _, c := range []struct {
+		name, raw string
+		want      []string
+		not       []string
+	}{
+		{"2x pebble above the bound", sample, []string{
+			"kdb ÷ pebble ops/s = 0.80x (want ≥ 2x); 2x Pebble = 50000 ops/s, above the disk's bound for 16 writers",
+			"= 26667 ops/s): unreachable in this run; kdb = 0.75 of the bound",
+			"| **missed** |",
+		}, []string{"reachable;", "**met**"}},
+		{"2x pebble below the bound", below, []string{
+			"2x Pebble = 50000 ops/s, below the disk's bound for 16 writers",
+			"= 120000 ops/s): reachable; kdb = 0.17 of the bound",
+			"| **missed** |",
+		}, []string{"unreachable", "**met**"}},
+		{"no bound in the run", none, []string{
+			"kdb ÷ pebble ops/s = 0.80x (want ≥ 2x); the disk's bound for 16 writers not measured",
+			"| **missed** |",
+		}, []string{"reachable", "of the bound"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			l := targetRow(t, c.raw, targets[4])
+			for _, w := range c.want {
+				if !strings.Contains(l, w) {
+					t.Errorf("row %q: no %q", l, w)
+				}
+			}
+			for _, w := range c.not {
+				if strings.Contains(l, w) {
+					t.Errorf("row %q: has %q", l, w)
+				}
+			}
+		})
+	}
+	// A met target stays met with the bound said (kdb 60000 > 2 × 25000).
+	met := strings.Replace(below, "20000 ops/s", "60000 ops/s", 1)
+	if l := targetRow(t, met, targets[4]); !strings.Contains(l, "| **met** |") || !strings.Contains(l, "reachable; kdb = 0.50 of the bound") {
+		t.Errorf("met row %q", l)
+	}
+}
+
+func TestParse_Bound(t *testing.T) {
+	r, ok := parse([]byte(sample))[boundWorkload][diskEngine]
+	if !ok {
+		t.Fatal("write-16-bound/engine=disk not parsed")
+	}
+	if r.metrics["ops/s"] != 26667 || r.metrics["µs/fsync"] != 600 {
+		t.Fatalf("metrics %v", r.metrics)
+	}
+}
+
+func TestTable_BoundRow(t *testing.T) {
+	md := table(parse([]byte(sample)), nil, []byte(sample), "")
+	var header, row string
+	for _, l := range strings.Split(md, "\n") {
+		switch {
+		case strings.HasPrefix(l, "| workload |") && header == "": // the Figures table's
+			header = l
+		case strings.HasPrefix(l, "| "+boundWorkload+" |"):
+			row = l
+		}
+	}
+	want := "| write-16-bound | disk: 26667 ops/s (600 µs/fsync) |"
+	if !strings.HasPrefix(row, want) {
+		t.Fatalf("bound row %q, want it to begin %q", row, want)
+	}
+	if strings.Count(row, "|") != strings.Count(header, "|") {
+		t.Fatalf("bound row %q has other columns than %q", row, header)
+	}
+	if !strings.Contains(md, "`write-16-bound` is no engine but the disk") {
+		t.Fatal("the bound row is not explained")
+	}
+	// Without the bound, neither row nor explanation.
+	raw := "BenchmarkPeers/workload=get/engine=kdb-2 10 3000 ns/op\n"
+	if md := table(parse([]byte(raw)), nil, []byte(raw), ""); strings.Contains(md, "write-16-bound") {
+		t.Fatalf("bound mentioned without its result:\n%s", md)
 	}
 }
 
