@@ -299,7 +299,7 @@ func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) 
 	return c, nil
 }
 
-// runTxn runs fn with tx over a fresh snapshot. The caller holds txMu, or
+// runTxn runs fn with tx in a View of its own. The caller holds txMu, or
 // writeMu exclusively: transactions run one at a time, so the Snapshot
 // they read through is one reused (db.txSnap, with the tree names it
 // made), unless an Iter made from it may outlive the transaction.
