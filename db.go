@@ -77,6 +77,11 @@ type DB struct {
 	// through (runTxn), kept between transactions with its tree names;
 	// under txMu (Submit) or writeMu held exclusively (Update).
 	txSnap *Snapshot
+	// txIx is the index snapshot transactions read (txIndex), pinned for
+	// as long as the index does not change, so that the trees they open
+	// stay open; under txMu or writeMu held exclusively, as txSnap.
+	txIx      *index.Tx
+	txRelease func()
 
 	compaction compaction // compact.go
 	mem        mem        // the mem tables: mem.go
@@ -364,6 +369,7 @@ func (db *DB) Close() error {
 	db.mu.ckDone.Broadcast()
 	db.mu.Unlock()
 	db.stopViews()
+	db.releaseTxIndex()
 	db.writeMu.Unlock()
 
 	close(db.quit)

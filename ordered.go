@@ -3,6 +3,7 @@ package kdb
 import (
 	"errors"
 	"fmt"
+	"github.com/kdb-project/kdb/index"
 	"sync"
 	"time"
 )
@@ -311,7 +312,7 @@ func (db *DB) runTxn(tx *Txn, fn func(tx *Txn) error) error {
 	}
 	// A closure, not fn stored in s: that would move fn (and what it
 	// captures) to the heap.
-	err := db.viewIn(tx.prefix, s, func(s *Snapshot) error {
+	err := db.txView(tx.prefix, s, func(s *Snapshot) error {
 		tx.s = s
 		defer func() { tx.s = nil }()
 		return fn(tx)
@@ -324,6 +325,64 @@ func (db *DB) runTxn(tx *Txn, fn func(tx *Txn) error) error {
 		return err
 	}
 	return tx.b.err
+}
+
+// txView is viewIn for transactions: it runs fn on s, filled with the
+// mem tables' state and S and the transactions' pinned index snapshot
+// (txIndex) rather than a View of the index begun for it. The caller holds
+// txMu, or writeMu exclusively.
+func (db *DB) txView(prefix string, s *Snapshot, fn func(s *Snapshot) error) error {
+	for {
+		// As in viewIn: the index snapshot first (one pinned is the
+		// current one, as a View begun now would be), then the mem
+		// tables' state and S, again if a flush committed in between.
+		gen := db.mem.flushes.Load()
+		tx := db.txIndex()
+		db.mem.viewMu.RLock()
+		mv := db.mem.read()
+		if db.mem.flushes.Load() != gen {
+			db.mem.viewMu.RUnlock()
+			continue
+		}
+		floor, err := db.beginView(mv.s)
+		db.mem.viewMu.RUnlock()
+		if err != nil {
+			return wrapErr(err)
+		}
+		err = func() error {
+			defer db.endView(floor, mv.s)
+			s.db, s.prefix, s.tx, s.mv = db, prefix, tx, mv
+			defer s.ended.Store(true)
+			return fn(s)
+		}()
+		if terr := tx.Err(); terr != nil {
+			// A failed read (I/O, corruption) comes first, as in a View;
+			// the next transaction pins a fresh snapshot.
+			err = terr
+		}
+		return wrapErr(err)
+	}
+}
+
+// txIndex returns the index snapshot transactions read: one pinned for as
+// long as the index does not change (between checkpoints) and no read of
+// it failed. The caller holds txMu, or writeMu exclusively.
+func (db *DB) txIndex() *index.Tx {
+	if db.txIx != nil && db.txIx.Version() == db.ix.Current() && db.txIx.Err() == nil {
+		return db.txIx
+	}
+	db.releaseTxIndex()
+	db.txIx, db.txRelease = db.ix.Pin()
+	return db.txIx
+}
+
+// releaseTxIndex releases the transactions' index snapshot, if any (Close,
+// holding writeMu exclusively).
+func (db *DB) releaseTxIndex() {
+	if db.txRelease != nil {
+		db.txRelease()
+	}
+	db.txIx, db.txRelease = nil, nil
 }
 
 // Namespace is a set of indexes kept apart from the user indexes of the
