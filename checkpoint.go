@@ -296,6 +296,20 @@ func (db *DB) gc(applied journal.Location) error {
 	if len(segs) == 0 || segs[0].ID >= limit {
 		return nil
 	}
+	// The segment refs read are those of everything applied, and some of
+	// it may not be durable yet: compaction's moves, AckAsync and NoSync
+	// batches are applied without an fsync of their own (under SyncAlways;
+	// under the other policies any batch). Were a segment removed for a
+	// move that a power loss then took away, the index would point into
+	// it after recovery. Everything applied was written before it was
+	// applied, so one sync now makes the state judged durable (and costs
+	// nothing when it is already).
+	if err := db.j.Sync(); err != nil {
+		if db.j.Err() != nil {
+			return db.fail(err)
+		}
+		return wrapErr(err)
+	}
 	removed, err := db.j.RemoveBefore(journal.Location{Segment: limit})
 	db.mu.Lock()
 	db.mu.stats.SegmentsRemoved += uint64(len(removed))
