@@ -30,8 +30,13 @@ type applyTarget interface {
 // recovery's replay, and keeps the per-segment counts of values that live
 // in the journal.
 type applier struct {
-	t       applyTarget
-	refs    map[journal.SegmentID]refDelta
+	t applyTarget
+	// refs holds the count changes per segment, in the order first
+	// changed (a group changes few: refBuf holds them without an
+	// allocation); refIdx indexes them once there are many (replay).
+	refs    []segRef
+	refIdx  map[journal.SegmentID]int
+	refBuf  [2]segRef
 	scratch []byte
 	// moved and stale count the compaction moves that took effect and
 	// those that found the key changed (nothing done).
@@ -39,6 +44,15 @@ type applier struct {
 }
 
 type refDelta struct{ count, bytes int64 }
+
+type segRef struct {
+	seg journal.SegmentID
+	refDelta
+}
+
+// maxRefScan is how many segments addRef finds by a scan of refs before it
+// indexes them in refIdx.
+const maxRefScan = 8
 
 // apply applies ops. vals are the locations of the batch's value records, in
 // order.
@@ -139,27 +153,54 @@ func (a *applier) unref(old []byte, existed bool) {
 }
 
 func (a *applier) addRef(seg journal.SegmentID, n, bytes int64) {
-	if a.refs == nil {
-		a.refs = make(map[journal.SegmentID]refDelta)
+	i := -1
+	if a.refIdx != nil {
+		if j, ok := a.refIdx[seg]; ok {
+			i = j
+		}
+	} else {
+		for j := range a.refs {
+			if a.refs[j].seg == seg {
+				i = j
+				break
+			}
+		}
 	}
-	d := a.refs[seg]
-	d.count += n
-	d.bytes += bytes
-	a.refs[seg] = d
+	if i < 0 {
+		if a.refs == nil {
+			a.refs = a.refBuf[:0]
+		}
+		i = len(a.refs)
+		a.refs = append(a.refs, segRef{seg: seg})
+		if a.refIdx != nil {
+			a.refIdx[seg] = i
+		} else if len(a.refs) > maxRefScan {
+			a.refIdx = make(map[journal.SegmentID]int, len(a.refs))
+			for j, r := range a.refs {
+				a.refIdx[r.seg] = j
+			}
+		}
+	}
+	a.refs[i].count += n
+	a.refs[i].bytes += bytes
 }
+
+// segRefsTreeBytes is segRefsTree's name as the targets take it (they copy
+// what they keep).
+var segRefsTreeBytes = []byte(segRefsTree)
 
 // flushRefs writes the reference count changes into the segment-refs tree.
 func (a *applier) flushRefs() error {
 	if len(a.refs) == 0 {
 		return nil
 	}
-	tree := []byte(segRefsTree)
-	for seg, d := range a.refs {
+	tree := segRefsTreeBytes
+	for _, d := range a.refs {
 		if d.count == 0 && d.bytes == 0 {
 			continue
 		}
 		var k [4]byte
-		binary.BigEndian.PutUint32(k[:], uint32(seg))
+		binary.BigEndian.PutUint32(k[:], uint32(d.seg))
 		var count, bytes int64
 		v, ok, err := a.t.current(tree, k[:])
 		if err != nil {
@@ -167,14 +208,14 @@ func (a *applier) flushRefs() error {
 		}
 		if ok {
 			if len(v) != 16 {
-				return fmt.Errorf("%w: segment refs of %s: %d bytes", ErrCorrupt, seg, len(v))
+				return fmt.Errorf("%w: segment refs of %s: %d bytes", ErrCorrupt, d.seg, len(v))
 			}
 			count, bytes = int64(binary.LittleEndian.Uint64(v)), int64(binary.LittleEndian.Uint64(v[8:]))
 		}
 		count += d.count
 		bytes += d.bytes
 		if count < 0 || bytes < 0 {
-			return fmt.Errorf("%w: segment refs of %s went negative (%d values, %d bytes)", ErrCorrupt, seg, count, bytes)
+			return fmt.Errorf("%w: segment refs of %s went negative (%d values, %d bytes)", ErrCorrupt, d.seg, count, bytes)
 		}
 		if count == 0 {
 			if ok {
@@ -191,7 +232,8 @@ func (a *applier) flushRefs() error {
 			return err
 		}
 	}
-	clear(a.refs)
+	a.refs = a.refs[:0]
+	a.refIdx = nil
 	return nil
 }
 

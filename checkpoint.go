@@ -150,7 +150,7 @@ func flushTable(tx *index.Tx, t *memTable) error {
 		var last *treeVer
 		if mt := t.tree(name); mt != nil {
 			if last = mt.vers.Load(); last != nil {
-				exists = last.exists
+				exists = last.exists.Load()
 			}
 		}
 		tb, err := tx.OpenTree([]byte(name))
@@ -186,7 +186,7 @@ func flushTable(tx *index.Tx, t *memTable) error {
 			}
 		}
 		if invariants.Enabled && last != nil {
-			invariants.Assertf(tb.Len() == last.count, "flush: tree %q holds %d keys, the mem table says %d", name, tb.Len(), last.count)
+			invariants.Assertf(tb.Len() == last.count.Load(), "flush: tree %q holds %d keys, the mem table says %d", name, tb.Len(), last.count.Load())
 		}
 	}
 	return nil

@@ -69,11 +69,24 @@ type memVer struct {
 }
 
 // treeVer is one version of a tree's existence and key count.
+//
+// Its fields are atomic because the applier updates a version it made in
+// the group it is applying in place (setTreeNow): no reader sees such a
+// version (its seq is above every reader's S), but readers load its seq to
+// skip it.
 type treeVer struct {
-	seq    uint64
-	exists bool
-	count  uint64
+	seq    atomic.Uint64
+	exists atomic.Bool
+	count  atomic.Uint64
 	older  atomic.Pointer[treeVer]
+}
+
+func newTreeVer(seq uint64, exists bool, count uint64) *treeVer {
+	tv := new(treeVer)
+	tv.seq.Store(seq)
+	tv.exists.Store(exists)
+	tv.count.Store(count)
+	return tv
 }
 
 // memKey is a key's node in a table's skiplist.
@@ -339,8 +352,8 @@ func (t *memTable) treeAt(tree string, s, lower uint64) *treeVer {
 		return nil
 	}
 	for v := mt.vers.Load(); v != nil; v = v.older.Load() {
-		if v.seq <= s {
-			if v.seq > lower {
+		if seq := v.seq.Load(); seq <= s {
+			if seq > lower {
 				return v
 			}
 			return nil
@@ -508,7 +521,7 @@ func (v memView) trees() ([]string, map[string]bool) {
 		}
 		for _, name := range t.treeNames() {
 			if tv := t.treeAt(name, v.s, v.st.base); tv != nil {
-				out[name] = tv.exists
+				out[name] = tv.exists.Load()
 			}
 		}
 	}
@@ -594,6 +607,10 @@ type memApply struct {
 	// the active table (put and del, which follow, need it).
 	lastTree, lastKey []byte
 	lastBelow         bool
+	// lastNode is the active table's node of the key current looked up
+	// last, if it has one: insert links the next version into it without
+	// searching the skiplist again.
+	lastNode *memKey
 }
 
 // protected reports whether a View may read the mem tables at a seq in
@@ -630,7 +647,9 @@ func (m *memApply) latestLower(tree string) (uint64, bool) {
 func (m *memApply) lookup(tree, key []byte) (val []byte, ok, below bool, err error) {
 	tn, kn := bstr(tree), bstr(key)
 	lower, hidden := m.latestLower(tn)
-	if n := m.st.active.find(tn, kn); n != nil {
+	n := m.st.active.find(tn, kn)
+	m.lastNode = n
+	if n != nil {
 		if v := visible(n, ^uint64(0), lower); v != nil {
 			return v.val, v.val != nil, v.below, nil
 		}
@@ -674,11 +693,11 @@ func (m *memApply) below(tree, key []byte) (bool, error) {
 // treeNow returns tree's current metadata (exists, count).
 func (m *memApply) treeNow(tree string) (exists bool, count uint64, err error) {
 	if tv := m.st.active.treeAt(tree, ^uint64(0), m.st.base); tv != nil {
-		return tv.exists, tv.count, nil
+		return tv.exists.Load(), tv.count.Load(), nil
 	}
 	if f := m.st.frozen; f != nil {
 		if tv := f.treeAt(tree, ^uint64(0), m.st.base); tv != nil {
-			return tv.exists, tv.count, nil
+			return tv.exists.Load(), tv.count.Load(), nil
 		}
 	}
 	t, err := m.ixTree(tree)
@@ -686,6 +705,33 @@ func (m *memApply) treeNow(tree string) (exists bool, count uint64, err error) {
 		return false, 0, err
 	}
 	return true, t.Len(), nil
+}
+
+// setTreeNow sets tree's metadata as of m.seq (a put or a delete; not a
+// drop). A version made earlier in the same group is updated in place
+// rather than a new one linked in: no reader can see it (its seq is above
+// the seq published when the group began, m.start, which bounds every
+// reader's S), and a new version would unlink it anyway (protected).
+// It returns the key version to fill for the operation: allocated with the
+// tree's new version when one is made (one allocation for both).
+func (m *memApply) setTreeNow(tree string, exists bool, count uint64) *memVer {
+	if mt := m.st.active.tree(tree); mt != nil {
+		if tv := mt.vers.Load(); tv != nil && tv.seq.Load() > m.start {
+			tv.exists.Store(exists)
+			tv.count.Store(count)
+			tv.seq.Store(m.seq)
+			return new(memVer)
+		}
+	}
+	p := new(struct {
+		mv memVer
+		tv treeVer
+	})
+	p.tv.seq.Store(m.seq)
+	p.tv.exists.Store(exists)
+	p.tv.count.Store(count)
+	m.setTree(tree, &p.tv, false)
+	return &p.mv
 }
 
 // setTree links a new version of tree's metadata in, unlinking the older
@@ -708,16 +754,16 @@ func (m *memApply) setTree(tree string, tv *treeVer, drop bool) {
 		if old := mt.drops.Load(); old != nil {
 			ds = append(ds, *old...)
 		}
-		ds = append(ds, tv.seq)
+		ds = append(ds, tv.seq.Load())
 		mt.drops.Store(&ds)
 	}
 	// Keep an older version only if a reader's S lies between it and the
 	// next newer version kept (prune).
-	link, newer := &tv.older, tv.seq
+	link, newer := &tv.older, tv.seq.Load()
 	for u := mt.vers.Load(); u != nil; u = u.older.Load() {
-		if m.protected(u.seq, newer) {
+		if useq := u.seq.Load(); m.protected(useq, newer) {
 			link.Store(u)
-			link, newer = &u.older, u.seq
+			link, newer = &u.older, useq
 		}
 	}
 	link.Store(nil)
@@ -735,13 +781,17 @@ func (m *memApply) put(tree, key, val []byte, existed bool) error {
 		return err
 	}
 	m.seq++
+	var v *memVer
 	if !existed || !exists {
 		if !exists {
 			count = 0
 		}
-		m.setTree(tn, &treeVer{seq: m.seq, exists: true, count: count + 1}, false)
+		v = m.setTreeNow(tn, true, count+1)
+	} else {
+		v = new(memVer)
 	}
-	m.insert(tn, bstr(key), &memVer{seq: m.seq, val: val, below: below})
+	v.seq, v.val, v.below = m.seq, val, below
+	m.insert(tn, bstr(key), v)
 	return nil
 }
 
@@ -759,8 +809,9 @@ func (m *memApply) del(tree, key []byte) error {
 	if count > 0 {
 		count--
 	}
-	m.setTree(tn, &treeVer{seq: m.seq, exists: true, count: count}, false)
-	m.insert(tn, bstr(key), &memVer{seq: m.seq, below: below})
+	v := m.setTreeNow(tn, true, count)
+	v.seq, v.below = m.seq, below
+	m.insert(tn, bstr(key), v)
 	return nil
 }
 
@@ -789,7 +840,7 @@ func (m *memApply) drop(tree []byte, each func(val []byte)) error {
 		return c.err
 	}
 	m.seq++
-	m.setTree(tn, &treeVer{seq: m.seq}, true)
+	m.setTree(tn, newTreeVer(m.seq, false, 0), true)
 	return nil
 }
 
@@ -797,7 +848,11 @@ func (m *memApply) drop(tree []byte, each func(val []byte)) error {
 // makes unwanted.
 func (m *memApply) insert(tree, key string, v *memVer) {
 	a := m.st.active
-	n := a.insertKey(tree, key)
+	n := m.lastNode
+	m.lastNode = nil
+	if n == nil || n.tree != tree || n.key != key {
+		n = a.insertKey(tree, key)
+	}
 	kept, again := m.keepWanted(&v.older, v.seq, n.vers.Load())
 	if v.val == nil && !v.below && !kept {
 		// A key deleted that has no value below and no older version:

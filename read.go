@@ -224,10 +224,10 @@ func (s *Snapshot) openTreeUncached(name []byte, n string) (*snapTree, error) {
 		t.base = b
 	}
 	if tv := s.mv.tree(n); tv != nil {
-		if !tv.exists {
+		if !tv.exists.Load() {
 			return nil, nil
 		}
-		t.count = tv.count
+		t.count = tv.count.Load()
 		return t, nil
 	}
 	if t.base == nil {
