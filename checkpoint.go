@@ -304,11 +304,11 @@ func (db *DB) gc(applied journal.Location) error {
 	// it after recovery. Everything applied was written before it was
 	// applied, so one sync now makes the state judged durable (and costs
 	// nothing when it is already).
-	if err := db.j.Sync(); err != nil {
+	if serr := db.j.Sync(); serr != nil {
 		if db.j.Err() != nil {
-			return db.fail(err)
+			return db.fail(serr)
 		}
-		return wrapErr(err)
+		return wrapErr(serr)
 	}
 	removed, err := db.j.RemoveBefore(journal.Location{Segment: limit})
 	db.mu.Lock()

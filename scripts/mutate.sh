@@ -91,6 +91,9 @@ m one-record-less-replayed recovery/replay.go \
 m checkpoint-journal-sync-skipped checkpoint.go \
   'if err := db.j.Sync(); err != nil {' 'if err := error(nil); err != nil {' \
   '. ./broker' "a checkpoint writes pages that reflect journal records not yet durable (NoSync commits, AckAsync, compaction's moves)"
+m gc-sync-skipped checkpoint.go \
+  'if serr := db.j.Sync(); serr != nil {' 'if serr := error(nil); serr != nil {' \
+  '. ./broker' "journal GC removes segments judged dead by applied but unsynced moves (a power loss then leaves the index pointing into them)"
 m flush-skips-deletes checkpoint.go \
   '_, err = tb.Delete([]byte(n.key))' '_ = n' \
   '. ./broker' "the checkpoint's flush of the mem tables leaves deleted keys in the index pages"
