@@ -344,7 +344,7 @@ func (db *DB) applyGroup(group []*commitReq, locs []journal.Location) error {
 	start := db.mem.seq.Load()
 	db.mem.viewMu.Unlock()
 	err := func() error {
-		m := &memApply{st: st, ix: db.applyIndex(), seq: start, start: start, views: db.viewSeqsBuf}
+		m := &memApply{st: st, ix: db.applyIx.get(db.ix), seq: start, start: start, views: db.viewSeqsBuf}
 		m.pruneKept()
 		a := applier{t: m}
 		i := 0
@@ -380,25 +380,32 @@ func (db *DB) applyGroup(group []*commitReq, locs []journal.Location) error {
 	return nil
 }
 
-// applyIndex returns the index snapshot the applier reads: one pinned for
-// as long as the index does not change (between checkpoints), so that the
-// trees it opens stay open. The caller holds the active mem table's mu.
-func (db *DB) applyIndex() *index.Tx {
-	if db.applyIx != nil && db.applyIx.Version() == db.ix.Current() && db.applyIx.Err() == nil {
-		return db.applyIx
-	}
-	db.releaseApplyIndex()
-	db.applyIx, db.applyRelease = db.ix.Pin()
-	return db.applyIx
+// pinnedIndex is an index snapshot kept pinned for as long as the index
+// does not change (between checkpoints) and no read of it failed, so that
+// the trees opened in it stay open: the applier's (DB.applyIx, under the
+// active mem table's mu) and the transactions' (DB.txIx, under txMu or
+// writeMu held exclusively).
+type pinnedIndex struct {
+	tx      *index.Tx
+	release func()
 }
 
-// releaseApplyIndex releases the applier's index snapshot, if any. The
-// caller holds the active mem table's mu (or no applier runs any more).
-func (db *DB) releaseApplyIndex() {
-	if db.applyRelease != nil {
-		db.applyRelease()
+// get returns the snapshot, pinning the current one of ix if it changed.
+func (p *pinnedIndex) get(ix *index.Store) *index.Tx {
+	if p.tx != nil && p.tx.Version() == ix.Current() && p.tx.Err() == nil {
+		return p.tx
 	}
-	db.applyIx, db.applyRelease = nil, nil
+	p.drop()
+	p.tx, p.release = ix.Pin()
+	return p.tx
+}
+
+// drop releases the snapshot, if any.
+func (p *pinnedIndex) drop() {
+	if p.release != nil {
+		p.release()
+	}
+	p.tx, p.release = nil, nil
 }
 
 // syncAsyncWithin makes sure the journal is synced within SyncInterval: an

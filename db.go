@@ -77,19 +77,16 @@ type DB struct {
 	// through (runTxn), kept between transactions with its tree names;
 	// under txMu (Submit) or writeMu held exclusively (Update).
 	txSnap *Snapshot
-	// txIx is the index snapshot transactions read (txIndex), pinned for
-	// as long as the index does not change, so that the trees they open
-	// stay open; under txMu or writeMu held exclusively, as txSnap.
-	txIx      *index.Tx
-	txRelease func()
+	// txIx is the index snapshot transactions read (pinnedIndex); under
+	// txMu or writeMu held exclusively, as txSnap.
+	txIx pinnedIndex
 
 	compaction compaction // compact.go
 	mem        mem        // the mem tables: mem.go
 	// viewSeqsBuf is the applier's copy of the Views' S, and applyIx its
-	// index snapshot (applyIndex), both under the active mem table's mu.
-	viewSeqsBuf  []uint64
-	applyIx      *index.Tx
-	applyRelease func()
+	// index snapshot (pinnedIndex), both under the active mem table's mu.
+	viewSeqsBuf []uint64
+	applyIx     pinnedIndex
 
 	mu struct {
 		sync.Mutex
@@ -369,14 +366,14 @@ func (db *DB) Close() error {
 	db.mu.ckDone.Broadcast()
 	db.mu.Unlock()
 	db.stopViews()
-	db.releaseTxIndex()
+	db.txIx.drop()
 	db.writeMu.Unlock()
 
 	close(db.quit)
 	db.wg.Wait()
 	db.stopAsync()
 	st := db.mem.lockActive() // no applier runs any more
-	db.releaseApplyIndex()
+	db.applyIx.drop()
 	st.active.mu.Unlock()
 	var errs []error
 	if failed == nil && !db.opts.ReadOnly && !db.opts.NoCheckpointOnClose {

@@ -630,7 +630,7 @@ func (m *memApply) protectedBy(from, to uint64) (byStart, byView bool) {
 }
 
 // ixTree returns the index's tree, or nil (the snapshot keeps the trees
-// it opened: applyIndex).
+// it opened: pinnedIndex).
 func (m *memApply) ixTree(tree string) (*index.Tree, error) {
 	return m.ix.OpenTree(unsafe.Slice(unsafe.StringData(tree), len(tree)))
 }

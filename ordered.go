@@ -3,7 +3,6 @@ package kdb
 import (
 	"errors"
 	"fmt"
-	"github.com/kdb-project/kdb/index"
 	"sync"
 	"time"
 )
@@ -329,7 +328,7 @@ func (db *DB) runTxn(tx *Txn, fn func(tx *Txn) error) error {
 
 // txView is viewIn for transactions: it runs fn on s, filled with the
 // mem tables' state and S and the transactions' pinned index snapshot
-// (txIndex) rather than a View of the index begun for it. The caller holds
+// (pinnedIndex) rather than a View of the index begun for it. The caller holds
 // txMu, or writeMu exclusively.
 func (db *DB) txView(prefix string, s *Snapshot, fn func(s *Snapshot) error) error {
 	for {
@@ -337,7 +336,7 @@ func (db *DB) txView(prefix string, s *Snapshot, fn func(s *Snapshot) error) err
 		// current one, as a View begun now would be), then the mem
 		// tables' state and S, again if a flush committed in between.
 		gen := db.mem.flushes.Load()
-		tx := db.txIndex()
+		tx := db.txIx.get(db.ix)
 		db.mem.viewMu.RLock()
 		mv := db.mem.read()
 		if db.mem.flushes.Load() != gen {
@@ -362,27 +361,6 @@ func (db *DB) txView(prefix string, s *Snapshot, fn func(s *Snapshot) error) err
 		}
 		return wrapErr(err)
 	}
-}
-
-// txIndex returns the index snapshot transactions read: one pinned for as
-// long as the index does not change (between checkpoints) and no read of
-// it failed. The caller holds txMu, or writeMu exclusively.
-func (db *DB) txIndex() *index.Tx {
-	if db.txIx != nil && db.txIx.Version() == db.ix.Current() && db.txIx.Err() == nil {
-		return db.txIx
-	}
-	db.releaseTxIndex()
-	db.txIx, db.txRelease = db.ix.Pin()
-	return db.txIx
-}
-
-// releaseTxIndex releases the transactions' index snapshot, if any (Close,
-// holding writeMu exclusively).
-func (db *DB) releaseTxIndex() {
-	if db.txRelease != nil {
-		db.txRelease()
-	}
-	db.txIx, db.txRelease = nil, nil
 }
 
 // Namespace is a set of indexes kept apart from the user indexes of the
