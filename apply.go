@@ -185,16 +185,12 @@ func (a *applier) addRef(seg journal.SegmentID, n, bytes int64) {
 	a.refs[i].bytes += bytes
 }
 
-// segRefsTreeBytes is segRefsTree's name as the targets take it (they copy
-// what they keep).
-var segRefsTreeBytes = []byte(segRefsTree)
-
 // flushRefs writes the reference count changes into the segment-refs tree.
 func (a *applier) flushRefs() error {
 	if len(a.refs) == 0 {
 		return nil
 	}
-	tree := segRefsTreeBytes
+	tree := []byte(segRefsTree)
 	for _, d := range a.refs {
 		if d.count == 0 && d.bytes == 0 {
 			continue

@@ -83,10 +83,15 @@ type treeVer struct {
 
 func newTreeVer(seq uint64, exists bool, count uint64) *treeVer {
 	tv := new(treeVer)
-	tv.seq.Store(seq)
+	tv.set(seq, exists, count)
+	return tv
+}
+
+// set sets tv's fields (a new version, or one no reader sees yet).
+func (tv *treeVer) set(seq uint64, exists bool, count uint64) {
 	tv.exists.Store(exists)
 	tv.count.Store(count)
-	return tv
+	tv.seq.Store(seq)
 }
 
 // memKey is a key's node in a table's skiplist.
@@ -717,9 +722,7 @@ func (m *memApply) treeNow(tree string) (exists bool, count uint64, err error) {
 func (m *memApply) setTreeNow(tree string, exists bool, count uint64) *memVer {
 	if mt := m.st.active.tree(tree); mt != nil {
 		if tv := mt.vers.Load(); tv != nil && tv.seq.Load() > m.start {
-			tv.exists.Store(exists)
-			tv.count.Store(count)
-			tv.seq.Store(m.seq)
+			tv.set(m.seq, exists, count)
 			return new(memVer)
 		}
 	}
@@ -727,9 +730,7 @@ func (m *memApply) setTreeNow(tree string, exists bool, count uint64) *memVer {
 		mv memVer
 		tv treeVer
 	})
-	p.tv.seq.Store(m.seq)
-	p.tv.exists.Store(exists)
-	p.tv.count.Store(count)
+	p.tv.set(m.seq, exists, count)
 	m.setTree(tree, &p.tv, false)
 	return &p.mv
 }

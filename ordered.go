@@ -337,23 +337,10 @@ func (db *DB) txView(prefix string, s *Snapshot, fn func(s *Snapshot) error) err
 		// tables' state and S, again if a flush committed in between.
 		gen := db.mem.flushes.Load()
 		tx := db.txIx.get(db.ix)
-		db.mem.viewMu.RLock()
-		mv := db.mem.read()
-		if db.mem.flushes.Load() != gen {
-			db.mem.viewMu.RUnlock()
+		again, err := db.viewOn(tx, gen, prefix, s, fn)
+		if again {
 			continue
 		}
-		floor, err := db.beginView(mv.s)
-		db.mem.viewMu.RUnlock()
-		if err != nil {
-			return wrapErr(err)
-		}
-		err = func() error {
-			defer db.endView(floor, mv.s)
-			s.db, s.prefix, s.tx, s.mv = db, prefix, tx, mv
-			defer s.ended.Store(true)
-			return fn(s)
-		}()
 		if terr := tx.Err(); terr != nil {
 			// A failed read (I/O, corruption) comes first, as in a View;
 			// the next transaction pins a fresh snapshot.

@@ -77,34 +77,43 @@ func (db *DB) viewIn(prefix string, s *Snapshot, fn func(s *Snapshot) error) err
 		gen := db.mem.flushes.Load()
 		again := false
 		err := db.ix.View(func(tx *index.Tx) error {
-			// S registered keeps the versions it reads (memApply.protected).
-			db.mem.viewMu.RLock()
-			mv := db.mem.read()
-			if db.mem.flushes.Load() != gen {
-				db.mem.viewMu.RUnlock()
-				again = true
-				return nil
-			}
-			if testHookViewRead != nil {
-				testHookViewRead()
-			}
-			floor, err := db.beginView(mv.s)
-			db.mem.viewMu.RUnlock()
-			if err != nil {
-				return err
-			}
-			defer db.endView(floor, mv.s)
-			if s == nil {
-				s = new(Snapshot)
-			}
-			s.db, s.prefix, s.tx, s.mv = db, prefix, tx, mv
-			defer s.ended.Store(true)
-			return fn(s)
+			var err error
+			again, err = db.viewOn(tx, gen, prefix, s, fn)
+			return err
 		})
 		if !again {
 			return db.staleOr(wrapErr(err))
 		}
 	}
+}
+
+// viewOn runs fn on a snapshot of index snapshot tx (taken after gen was
+// read from mem.flushes) and of the mem tables' state and S, registered as
+// a View while fn runs: s if not nil, else a new one. again: a flush
+// committed since gen was read, and nothing ran (see viewIn).
+func (db *DB) viewOn(tx *index.Tx, gen uint64, prefix string, s *Snapshot, fn func(s *Snapshot) error) (again bool, err error) {
+	// S registered keeps the versions it reads (memApply.protected).
+	db.mem.viewMu.RLock()
+	mv := db.mem.read()
+	if db.mem.flushes.Load() != gen {
+		db.mem.viewMu.RUnlock()
+		return true, nil
+	}
+	if testHookViewRead != nil {
+		testHookViewRead()
+	}
+	floor, err := db.beginView(mv.s)
+	db.mem.viewMu.RUnlock()
+	if err != nil {
+		return false, err
+	}
+	defer db.endView(floor, mv.s)
+	if s == nil {
+		s = new(Snapshot)
+	}
+	s.db, s.prefix, s.tx, s.mv = db, prefix, tx, mv
+	defer s.ended.Store(true)
+	return false, fn(s)
 }
 
 // testHookViewRead, if set (by tests only), runs between a View's reading
