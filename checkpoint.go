@@ -25,6 +25,11 @@ func (db *DB) Checkpoint() error {
 	if err != nil {
 		return err
 	}
+	// Deferred transactions are ordered before the checkpoint (inside a
+	// transaction's function this does nothing).
+	if err := db.flushDeferred(false); err != nil {
+		return err
+	}
 	if err := db.checkpoint(); err != nil {
 		return err
 	}

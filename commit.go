@@ -51,6 +51,9 @@ type commitReq struct {
 	// done receives one token: the request was answered (err) or made the
 	// leader (lead).
 	done chan struct{}
+	// onDone: the done functions of the deferred transactions in the
+	// batch (deferred.go), called by wait with its outcome.
+	onDone []func(error)
 	// Backing arrays for recs and ovKeys of a small batch.
 	recBuf   [2]journal.Record
 	ovKeyBuf [8]string
@@ -103,14 +106,28 @@ func (db *DB) commit(ops []op) error { return db.commitAsync(ops, false, false) 
 // caller's to give away (a transaction's, compaction's), not a Batch's the
 // caller may reuse.
 func (db *DB) commitAsync(ops []op, async, own bool) error {
+	return db.commitHost(ops, async, own, false)
+}
+
+// commitHost is commitAsync; with deferred, the deferred transactions
+// queued (deferred.go) are queued first, each as a batch of its own,
+// ordered before ops.
+func (db *DB) commitHost(ops []op, async, own, deferred bool) error {
 	if err := db.waitForRoom(); err != nil {
 		return err
 	}
 	if err := db.lockTx("a write"); err != nil {
 		return err
 	}
+	var pre []*commitReq
+	if deferred {
+		pre = db.runDeferred(db.takeDeferred(), true)
+	}
 	req, err := db.submit(ops, async, own)
 	db.txMu.Unlock()
+	// The deferred transactions' outcomes go to their done functions; a
+	// failed commit fails the handle, and so this write too.
+	_ = db.waitAll(pre)
 	if err != nil {
 		return err
 	}
@@ -170,6 +187,9 @@ func (db *DB) wait(req *commitReq) error {
 	<-req.done
 	if req.lead {
 		db.lead()
+	}
+	for _, f := range req.onDone {
+		f(req.err)
 	}
 	return req.err
 }

@@ -73,6 +73,8 @@ type DB struct {
 	// flight.
 	txMu sync.Mutex
 	fl   inflight
+	// dq holds the deferred transactions (deferred.go).
+	dq deferredQueue
 	// txSnap is the Snapshot the next transaction's function reads
 	// through (runTxn), kept between transactions with its tree names;
 	// under txMu (Submit) or writeMu held exclusively (Update).
@@ -331,6 +333,10 @@ func (db *DB) Sync() error {
 	if err != nil {
 		return err
 	}
+	// Deferred transactions are ordered before Sync: commit them first.
+	if err := db.flushDeferred(false); err != nil {
+		return err
+	}
 	if err := db.j.Sync(); err != nil {
 		return db.fail(err)
 	}
@@ -349,6 +355,10 @@ func (db *DB) Sync() error {
 // function, Close returns ErrInvalid at once.
 func (db *DB) Close() error {
 	deadline := time.Now().Add(db.opts.CloseWait)
+	if err := db.nested("Close"); err != nil {
+		return err
+	}
+	db.closeDeferred()
 	if err := db.lockWrite("Close"); err != nil {
 		return err
 	}
@@ -368,6 +378,7 @@ func (db *DB) Close() error {
 	db.stopViews()
 	db.txIx.drop()
 	db.writeMu.Unlock()
+	db.abandonDeferred()
 
 	close(db.quit)
 	db.wg.Wait()
@@ -453,7 +464,7 @@ func (db *DB) write(b *Batch, own bool) error {
 		return err
 	}
 	defer db.writeMu.RUnlock()
-	return db.commitAsync(b.ops, false, own)
+	return db.commitHost(b.ops, false, own, true)
 }
 
 // Put sets key to value in the named index. On return it is durable.

@@ -221,8 +221,11 @@ func (db *DB) lockTx(call string) error {
 // for then is abandoned (never acknowledged, so nothing acknowledged is
 // lost) and its Wait returns ErrClosed.
 type Commit struct {
-	db   *DB
-	req  *commitReq
+	db  *DB
+	req *commitReq // nil: the transaction wrote nothing
+	// pre: the deferred transactions queued as batches of their own
+	// before req (deferred.go).
+	pre  []*commitReq
 	once sync.Once
 	err  error
 }
@@ -233,6 +236,12 @@ type Commit struct {
 // once and from several goroutines; all get the same outcome.
 func (c *Commit) Wait() error {
 	c.once.Do(func() {
+		// The deferred transactions' outcomes go to their done
+		// functions; a failed commit fails the handle, and so c too.
+		_ = c.db.waitAll(c.pre)
+		if c.req == nil {
+			return
+		}
 		c.err = c.db.wait(c.req)
 		if c.err != nil && c.db.Err() == nil && !errors.Is(c.err, ErrClosed) {
 			// Transactions submitted after this one read its writes.
@@ -284,17 +293,37 @@ func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) 
 		c  Commit
 	}{tx: Txn{db: db, prefix: prefix, ordered: true}, c: Commit{db: db}}
 	tx, c := &tc.tx, &tc.c
-	if err := db.runTxn(tx, fn); err != nil {
+	// The deferred transactions run first: in this transaction when they
+	// are in its namespace, else each as a batch of its own queued before
+	// it (deferred.go).
+	if fns := db.takeDeferred(); len(fns) > 0 {
+		if foldable(fns, prefix) {
+			tx.folded = fns
+		} else {
+			c.pre = db.runDeferred(fns, true)
+			db.cleanup()
+		}
+	}
+	err := db.runTxn(tx, fn)
+	var req *commitReq
+	if err == nil && len(tx.b.ops) > 0 {
+		req, err = db.submit(tx.b.ops, tx.noSync, true)
+	}
+	if err != nil {
+		db.requeueDeferred(tx.unfolded())
+		if len(c.pre) > 0 {
+			// Queued already: waited for, as every request must be.
+			go func() { _ = db.waitAll(c.pre) }()
+		}
 		return nil, err
 	}
-	if len(tx.b.ops) == 0 {
-		c.once.Do(func() {})
+	if req == nil {
+		if len(c.pre) == 0 {
+			c.once.Do(func() {})
+		}
 		return c, nil
 	}
-	req, err := db.submit(tx.b.ops, tx.noSync, true)
-	if err != nil {
-		return nil, err
-	}
+	req.onDone = append(req.onDone, tx.foldedDone()...)
 	c.req = req
 	return c, nil
 }
@@ -314,6 +343,7 @@ func (db *DB) runTxn(tx *Txn, fn func(tx *Txn) error) error {
 	err := db.txView(tx.prefix, s, func(s *Snapshot) error {
 		tx.s = s
 		defer func() { tx.s = nil }()
+		tx.runFolded()
 		return fn(tx)
 	})
 	if !s.escaped {

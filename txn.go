@@ -20,6 +20,9 @@ type Txn struct {
 	dropped map[string]int
 	ordered bool // a Submit: reads see the writes in flight
 	noSync  bool
+	// folded: the deferred transactions that run in this one before its
+	// function (deferred.go).
+	folded []deferredTxn
 }
 
 // Update runs fn as one serializable transaction: fn's reads (Get and
@@ -51,6 +54,13 @@ func (db *DB) update(prefix string, fn func(tx *Txn) error) error {
 	if err != nil {
 		return err
 	}
+	// The deferred transactions come first (deferred.go).
+	if fns := db.takeDeferred(); len(fns) > 0 {
+		db.txMu.Lock() // free: writeMu excludes every other writer
+		reqs := db.runDeferred(fns, true)
+		db.txMu.Unlock()
+		_ = db.waitAll(reqs)
+	}
 	// writeMu excludes new writers; wait for the ordered commits still in
 	// flight, so that fn's snapshot holds everything.
 	db.drain()
@@ -78,6 +88,19 @@ func (tx *Txn) Put(index string, key, value []byte) error {
 		return err
 	}
 	tx.b.prefix = tx.prefix
+	if tx.b.err == nil && tx.b.check(index, key) && len(value) <= MaxValueSize {
+		// A key the transaction put already takes the new value in
+		// place: its batch journals and applies the key once (a
+		// broker's destination record, written by each write a
+		// transaction holds).
+		if o, found := tx.ownOp(tx.b.tree(index), key); found && o != nil && o.kind == opPut {
+			v := tx.b.alloc(len(value))
+			copy(v, value)
+			tx.b.size += len(v) - len(o.value)
+			o.value = v
+			return nil
+		}
+	}
 	tx.b.Put(index, key, value)
 	return tx.record()
 }

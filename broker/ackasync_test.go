@@ -90,3 +90,50 @@ func TestAckAsync_DoesNotWaitForTheDisk(t *testing.T) {
 		t.Fatalf("after Sync: %+v, %v; want 1 message", d, err)
 	}
 }
+
+// An AckAsync of a message whose AckAsync is still on its way (deferred,
+// not yet applied) is refused, even when it comes from another goroutine;
+// so is one listing a message twice. After Sync the message is gone once.
+func TestAckAsync_TwiceIsNotFound(t *testing.T) {
+	b := openBroker(t, vfs.NewMem())
+	a := mustSend(t, b, broker.Queue, "q", msg("a", "", 0, "x"))
+	c := mustSend(t, b, broker.Queue, "q", msg("c", "", 0, "z"))
+	if err := b.AckAsync(broker.Queue, "q", c, c); !errors.Is(err, kdb.ErrNotFound) {
+		t.Fatalf("AckAsync listing one message twice: %v, want ErrNotFound", err)
+	}
+	var ok, notFound atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			switch err := b.AckAsync(broker.Queue, "q", a); {
+			case err == nil:
+				ok.Add(1)
+			case errors.Is(err, kdb.ErrNotFound):
+				notFound.Add(1)
+			default:
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	if ok.Load() != 1 || notFound.Load() != 7 {
+		t.Fatalf("8 concurrent AckAsyncs of one message: %d accepted, %d ErrNotFound; want 1 and 7", ok.Load(), notFound.Load())
+	}
+	if err := b.AckAsync(broker.Queue, "q", a); !errors.Is(err, kdb.ErrNotFound) {
+		t.Fatalf("AckAsync again: %v, want ErrNotFound", err)
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AckAsync(broker.Queue, "q", a); !errors.Is(err, kdb.ErrNotFound) {
+		t.Fatalf("AckAsync after the ack was applied: %v, want ErrNotFound", err)
+	}
+	if d, err := b.Destination(broker.Queue, "q"); err != nil || d.Count != 1 {
+		t.Fatalf("after Sync: %+v %v, want the one message c", d, err)
+	}
+	if err := checkStore(b); err != nil {
+		t.Fatal(err)
+	}
+}

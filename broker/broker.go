@@ -10,7 +10,6 @@ import (
 	"math"
 	"sort"
 	"sync"
-	"sync/atomic"
 )
 
 // The message store of a broker (queues, topics, durable subscriptions,
@@ -112,17 +111,8 @@ type SubInfo struct {
 type Broker struct {
 	db *kdb.DB
 	ns *kdb.Namespace
-	// inflight counts the ordered writes submitted and not yet waited for.
-	inflight atomic.Int64
-	// async is the last AckAsync commit not waited for by its caller, in
-	// submission order (n counts them: incremented inside the
-	// transaction, under the engine's ordered-commit lock), for Sync.
-	async struct {
-		n    uint64
-		mu   sync.Mutex
-		last uint64
-		c    *kdb.Commit
-	}
+	// acks holds the AckAsyncs deferred and not yet applied (ackAsync.go).
+	acks asyncAcks
 }
 
 // Namespace is the kdb namespace the broker keeps its trees in.
@@ -594,77 +584,24 @@ func (w *bwrite) ackSub(topic, sub string, seqs []uint64) error {
 // write runs fn to build one atomic batch and commits it, durably.
 // exclusive operations (those that scan or drop trees) run as an Update,
 // after the writes in flight; the others as an ordered transaction, whose
-// fsync the next writers' transactions overlap. async: the batch is not
-// waited durable, nor applied while other writes are in flight (AckAsync).
-func (b *Broker) write(exclusive, async bool, fn func(w *bwrite) error) error {
-	var n uint64
+// fsync the next writers' transactions overlap.
+func (b *Broker) write(exclusive bool, fn func(w *bwrite) error) error {
 	run := func(tx *kdb.Txn) error {
 		w := &bwrite{b: b, tx: tx}
 		if err := fn(w); err != nil {
 			return err
 		}
 		w.flush()
-		if async {
-			tx.NoSync()
-			b.async.n++
-			n = b.async.n
-		}
 		return w.err
 	}
 	if exclusive {
 		return b.ns.Update(run)
 	}
-	b.inflight.Add(1)
 	c, err := b.ns.Submit(run)
 	if err != nil {
-		b.inflight.Add(-1)
 		return err
 	}
-	if async && b.inflight.Load() > 1 {
-		// Ordered behind the writes in flight, whose fdatasync it would
-		// wait for: the caller goes on while the commit is journaled and
-		// applied. Every Commit is waited for (its leader is the goroutine
-		// that waits); a failure fails the handle, and later writes report
-		// it. With nothing else in flight the caller waits itself: it
-		// leads its own async-only group (no fsync), cheaper than a
-		// hand-off to another goroutine.
-		go func() {
-			_ = c.Wait()
-			b.inflight.Add(-1)
-			// Applied (or failed, which fails the handle): Sync need not
-			// wait for it, and its batch need not stay referenced.
-			b.async.mu.Lock()
-			if b.async.c == c {
-				b.async.c = nil
-			}
-			b.async.mu.Unlock()
-		}()
-		b.async.mu.Lock()
-		if n > b.async.last {
-			b.async.last, b.async.c = n, c
-		}
-		b.async.mu.Unlock()
-		return nil
-	}
-	err = c.Wait()
-	b.inflight.Add(-1)
-	return err
-}
-
-// Sync waits until every AckAsync that returned before it is applied
-// (readers no longer see the messages) and makes it durable, with one
-// fdatasync shared with the writers syncing at the same time. A failure
-// fails the handle.
-func (b *Broker) Sync() error {
-	b.async.mu.Lock()
-	c := b.async.c
-	b.async.mu.Unlock()
-	if c != nil {
-		if err := c.Wait(); err != nil {
-			return err
-		}
-	}
-	return b.db.Sync()
+	return c.Wait()
 }
 
 // Send appends m to the named destination (created on demand) and returns
@@ -682,7 +619,7 @@ func (b *Broker) Send(kind DestKind, dest string, m *Message) (uint64, error) {
 	}
 	enc := encodeMessage(m)
 	var seq uint64
-	err := b.write(false, false, func(w *bwrite) error {
+	err := b.write(false, func(w *bwrite) error {
 		var err error
 		seq, err = w.send(kind, dest, m, enc)
 		return err
@@ -697,42 +634,20 @@ func (b *Broker) Send(kind DestKind, dest string, m *Message) (uint64, error) {
 // Ack removes the given messages of a queue. An unknown sequence number
 // fails the whole call with kdb.ErrNotFound. On return (nil) it is durable.
 func (b *Broker) Ack(kind DestKind, dest string, seqs ...uint64) error {
-	return b.write(false, false, func(w *bwrite) error { return w.ack(kind, dest, seqs) })
-}
-
-// AckAsync removes the given messages of a queue, as Ack, but waits
-// neither for the ack to be durable nor, when other writes are in flight,
-// for it to be applied: it returns once the ack is ordered, queued for the
-// journal behind every write before it (with none in flight it is applied
-// on return, with no fsync). Every broker write after it (Send, Ack,
-// AckAsync, AckSub, a transaction) sees the messages gone at once; readers
-// (Read, Destination, GetMessage) see them gone once the group commit
-// under way applies it, at the latest when the next synced write or Sync
-// returns. It is made
-// durable by the next synced write (a Send, an Ack, any Write, Sync) or
-// within Options.SyncInterval, whichever comes first. A crash before then
-// loses the ack, not the message: it is delivered again (at-least-once),
-// never acked twice, and every message sent and acknowledged is still
-// there. Concurrent Sends carry AckAsync's records in their fsync, so a
-// producer that sends and acks in a loop pays about one fsync per pair
-// and never waits for an ack. An unknown sequence number is
-// kdb.ErrNotFound, returned at once.
-func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
-	err := b.write(false, true, func(w *bwrite) error { return w.ack(kind, dest, seqs) })
-	return err
+	return b.write(false, func(w *bwrite) error { return w.ack(kind, dest, seqs) })
 }
 
 // AckSub acknowledges messages for one durable subscription of a topic; a
 // message is removed once every subscription acked it. On return (nil) it
 // is durable.
 func (b *Broker) AckSub(topic, sub string, seqs ...uint64) error {
-	return b.write(false, false, func(w *bwrite) error { return w.ackSub(topic, sub, seqs) })
+	return b.write(false, func(w *bwrite) error { return w.ackSub(topic, sub, seqs) })
 }
 
 // CreateDestination creates a destination if it does not exist. Send
 // creates destinations on demand too.
 func (b *Broker) CreateDestination(kind DestKind, dest string) error {
-	return b.write(false, false, func(w *bwrite) error {
+	return b.write(false, func(w *bwrite) error {
 		_, err := w.dest(kind, dest, true)
 		return err
 	})
@@ -742,7 +657,7 @@ func (b *Broker) CreateDestination(kind DestKind, dest string) error {
 // it receives the messages sent from now on. Subscribing again is a no-op.
 // On return (nil) it is durable.
 func (b *Broker) Subscribe(topic, sub string) error {
-	return b.write(true, false, func(w *bwrite) error {
+	return b.write(true, func(w *bwrite) error {
 		d, err := w.dest(Topic, topic, true)
 		if err != nil {
 			return err
@@ -771,7 +686,7 @@ func (b *Broker) Unsubscribe(topic, sub string) error {
 	chunk := max(1, b.db.MaxBatchSize()/512)
 	for more := true; more; {
 		more = false
-		err := b.write(true, false, func(w *bwrite) error {
+		err := b.write(true, func(w *bwrite) error {
 			d, err := w.dest(Topic, topic, false)
 			if err != nil {
 				return err
@@ -822,7 +737,7 @@ func isNotFound(err error) bool { return err != nil && errors.Is(err, kdb.ErrNot
 // its subscriptions); their space comes back. Sequence numbers, the
 // producer audit and the subscriptions stay. On return (nil) it is durable.
 func (b *Broker) Purge(kind DestKind, dest string) error {
-	return b.write(true, false, func(w *bwrite) error {
+	return b.write(true, func(w *bwrite) error {
 		d, err := w.dest(kind, dest, false)
 		if err != nil {
 			return err
@@ -857,7 +772,7 @@ func (w *bwrite) dropIfExists(tree string) {
 // DeleteDestination removes a destination, its messages, subscriptions and
 // producer audit; its space comes back. On return (nil) it is durable.
 func (b *Broker) DeleteDestination(kind DestKind, dest string) error {
-	return b.write(true, false, func(w *bwrite) error {
+	return b.write(true, func(w *bwrite) error {
 		d, err := w.dest(kind, dest, false)
 		if err != nil {
 			return err

@@ -127,7 +127,7 @@ func (tx *Tx) Commit() error {
 		return nil
 	}
 	var seqs []uint64
-	err := tx.b.write(false, false, func(w *bwrite) error {
+	err := tx.b.write(false, func(w *bwrite) error {
 		var err error
 		seqs, err = w.runTx(tx.ops)
 		return err
@@ -185,10 +185,10 @@ func (tx *Tx) Prepare(xid string) error {
 		}
 		return errDryRun
 	}
-	if err := tx.b.write(true, false, dry); !errors.Is(err, errDryRun) {
+	if err := tx.b.write(true, dry); !errors.Is(err, errDryRun) {
 		return err
 	}
-	err := tx.b.write(true, false, func(w *bwrite) error {
+	err := tx.b.write(true, func(w *bwrite) error {
 		if _, ok, err := w.get(txTree, []byte(xid)); err != nil {
 			return err
 		} else if ok {
@@ -222,7 +222,7 @@ func (b *Broker) Prepared() ([]string, error) {
 // removal of its prepared record. kdb.ErrNotFound if xid is not prepared. On
 // return (nil) it is durable.
 func (b *Broker) CommitPrepared(xid string) error {
-	return b.write(true, false, func(w *bwrite) error {
+	return b.write(true, func(w *bwrite) error {
 		v, ok, err := w.get(txTree, []byte(xid))
 		if err != nil {
 			return err
@@ -245,7 +245,7 @@ func (b *Broker) CommitPrepared(xid string) error {
 // RollbackPrepared forgets a prepared transaction. kdb.ErrNotFound if xid is
 // not prepared. On return (nil) it is durable.
 func (b *Broker) RollbackPrepared(xid string) error {
-	return b.write(true, false, func(w *bwrite) error {
+	return b.write(true, func(w *bwrite) error {
 		if _, ok, err := w.get(txTree, []byte(xid)); err != nil {
 			return err
 		} else if !ok {

@@ -110,6 +110,20 @@ m unsynced-records-unreadable journal/reader.go \
   'end := max(seg.end, seg.written)' 'end := seg.end' \
   './journal .' "a record applied before its fdatasync (NoSync, AckAsync, a compaction move) reads as corrupt until the next sync"
 
+# ---- Deferred transactions (deferred.go) and the broker's AckAsync.
+m defer-sync-skips-deferred db.go \
+  $'\tif err := db.flushDeferred(false); err != nil {\n\t\treturn err\n\t}\n\tif err := db.j.Sync(); err != nil {' $'\tif err := db.j.Sync(); err != nil {' \
+  '. ./broker' "Sync does not commit the deferred transactions first: an AckAsync followed by Sync is not durable"
+m defer-dropped-with-failed-host ordered.go \
+  'db.requeueDeferred(tx.unfolded())' '_ = tx.unfolded()' \
+  '. ./broker' "a deferred transaction that joined a failing transaction is dropped, not run with the next one (an AckAsync is lost in a live process)"
+m defer-not-before-update txn.go \
+  'if fns := db.takeDeferred(); len(fns) > 0 {' 'if fns := db.takeDeferred(); len(fns) > 0 && false {' \
+  '. ./broker' "an Update runs before the deferred transactions ordered before it (and they are lost)"
+m ackasync-pending-ignored broker/ackasync.go \
+  '_, acked := b.acks.pending[ackKey{d.id, seq}]' 'acked := false' \
+  './broker' "AckAsync accepts a message whose AckAsync is still on its way (the second returns nil)"
+
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()

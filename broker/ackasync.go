@@ -1,0 +1,226 @@
+package broker
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/kdb-project/kdb"
+)
+
+// Asynchronous acks (docs/DESIGN.md "The broker store", Semantics).
+//
+// AckAsync checks its messages against the store and the acks still
+// deferred, then hands the ack to the engine as a deferred transaction
+// (Namespace.Defer): no lock a writer holds, no commit of its own. The ack
+// runs at the start of the next write (joining the transaction of the next
+// broker write, so it shares its batch and fsync), or by the engine's
+// timer within SyncInterval.
+//
+// Invariants:
+//   - pending holds every (destination id, seq) acked by an AckAsync whose
+//     deferred transaction is not yet applied; an entry leaves only once
+//     the engine reports the transaction applied (or never to be). So a
+//     message is refused by AckAsync while its ack is deferred or in
+//     flight, and once the ack is applied the store no longer has it.
+//   - AckAsync checks pending and the store, and adds its entries, under
+//     mu: two AckAsyncs of one message cannot both pass.
+type asyncAcks struct {
+	mu   sync.Mutex
+	cond *sync.Cond // signalled when an entry of out leaves
+	// pending: the messages acked and not yet applied.
+	pending map[ackKey]struct{}
+	// out: the AckAsync calls not yet applied, by number (next counts
+	// them), for Sync.
+	out  map[uint64]struct{}
+	next uint64
+}
+
+type ackKey struct{ dest, seq uint64 }
+
+// AckAsync removes the given messages of a queue, as Ack, but waits for
+// nothing: it checks the messages (an unknown sequence number, or one
+// whose ack is already on its way, is kdb.ErrNotFound, returned at once)
+// and returns. The ack is ordered there: every broker write that begins
+// after it returns (Send, Ack, AckAsync, AckSub, a transaction) sees the
+// messages gone. It is journaled with the next write (it joins the next
+// broker write's batch, or is queued before any other write's), at Sync or
+// Checkpoint, or within Options.SyncInterval, whichever comes first;
+// readers (Read, Destination, GetMessage) see it once that write is
+// applied. It is durable once a later synced write (a Send, an Ack, any
+// Write), Sync or Checkpoint returns, or within about twice SyncInterval.
+// A crash before then loses the ack, not the message: it is delivered
+// again (at-least-once), never acked twice, and every message sent and
+// acknowledged is still there. So a producer that sends and acks in a loop
+// pays one commit and one fsync per pair, and never waits for an ack.
+//
+// Acks made by AckAsync are checked against the other AckAsyncs of the
+// same Broker; an Ack or a transaction racing with an AckAsync of the same
+// message may both return nil (the message is removed once).
+func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
+	if kind != Queue {
+		return fmt.Errorf("%w: AckAsync is for queues; topics use AckSub", kdb.ErrInvalid)
+	}
+	if err := checkDest(kind, dest); err != nil {
+		return err
+	}
+	if len(seqs) == 0 {
+		return nil
+	}
+	a := &b.acks
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	id, err := b.checkAcks(kind, dest, seqs)
+	if err != nil {
+		return err
+	}
+	if a.pending == nil {
+		a.pending = map[ackKey]struct{}{}
+		a.out = map[uint64]struct{}{}
+		a.cond = sync.NewCond(&a.mu)
+	}
+	for _, s := range seqs {
+		a.pending[ackKey{id, s}] = struct{}{}
+	}
+	a.next++
+	n := a.next
+	a.out[n] = struct{}{}
+	seqs = append([]uint64(nil), seqs...) // the caller's may change
+	fn := func(tx *kdb.Txn) error {
+		w := &bwrite{b: b, tx: tx}
+		if err := w.ackDeferred(kind, dest, id, seqs); err != nil {
+			return err
+		}
+		w.flush()
+		return w.err
+	}
+	done := func(error) {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		for _, s := range seqs {
+			delete(a.pending, ackKey{id, s})
+		}
+		delete(a.out, n)
+		a.cond.Broadcast()
+	}
+	if err := b.ns.Defer(fn, done); err != nil {
+		for _, s := range seqs {
+			delete(a.pending, ackKey{id, s})
+		}
+		delete(a.out, n)
+		return err
+	}
+	return nil
+}
+
+// checkAcks returns the id of the queue and checks that each of seqs is
+// in the store and not acked by an AckAsync on its way. The caller holds
+// b.acks.mu.
+func (b *Broker) checkAcks(kind DestKind, dest string, seqs []uint64) (uint64, error) {
+	var id uint64
+	err := b.ns.View(func(s *kdb.Snapshot) error {
+		var kb [64]byte
+		key := append(append(kb[:0], byte(kind)), dest...)
+		v, err := s.Get(destsTree, key)
+		if errors.Is(err, kdb.ErrNotFound) {
+			return fmt.Errorf("%w: %s %q", kdb.ErrNotFound, kind, dest)
+		}
+		if err != nil {
+			return err
+		}
+		var d destRec
+		if err := d.decode(key, v); err != nil {
+			return err
+		}
+		ht := idTree(hdrPrefix, d.id)
+		for i, seq := range seqs {
+			_, acked := b.acks.pending[ackKey{d.id, seq}]
+			for _, o := range seqs[:i] {
+				acked = acked || o == seq
+			}
+			if acked {
+				return fmt.Errorf("%w: message %d", kdb.ErrNotFound, seq)
+			}
+			var sk [8]byte
+			binary.BigEndian.PutUint64(sk[:], seq)
+			if _, err := s.Get(ht, sk[:]); err != nil {
+				if errors.Is(err, kdb.ErrNotFound) {
+					return fmt.Errorf("%w: message %d", kdb.ErrNotFound, seq)
+				}
+				return err
+			}
+		}
+		id = d.id
+		return nil
+	})
+	return id, err
+}
+
+// ackDeferred is an AckAsync's transaction: it acks those of seqs still
+// in queue id (dest). A message acked since (by an Ack or a transaction
+// that raced with the AckAsync), or a queue deleted since, is skipped: the
+// ack was checked when AckAsync was called, and it is never applied twice.
+func (w *bwrite) ackDeferred(kind DestKind, dest string, id uint64, seqs []uint64) error {
+	d, err := w.dest(kind, dest, false)
+	if errors.Is(err, kdb.ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if d.id != id {
+		return nil // deleted and created again: not the queue acked
+	}
+	ht := idTree(hdrPrefix, d.id)
+	for _, s := range seqs {
+		if _, ok, err := w.get(ht, seqKey(s)); err != nil {
+			return err
+		} else if !ok {
+			continue
+		}
+		if err := w.unrefMsg(d, s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Sync waits until every AckAsync that returned before it is applied
+// (readers no longer see the messages) and durable, with one fdatasync
+// shared with the writers syncing at the same time. A failure fails the
+// handle.
+func (b *Broker) Sync() error {
+	a := &b.acks
+	a.mu.Lock()
+	last := a.next
+	a.mu.Unlock()
+	// The engine's Sync commits the deferred acks not yet run, then
+	// syncs the journal.
+	if err := b.db.Sync(); err != nil {
+		return err
+	}
+	// Acks that joined a write still in flight are applied when it is.
+	waited := false
+	a.mu.Lock()
+	for a.before(last) {
+		waited = true
+		a.cond.Wait()
+	}
+	a.mu.Unlock()
+	if waited {
+		return b.db.Sync()
+	}
+	return nil
+}
+
+// before reports whether an AckAsync numbered up to last is not yet
+// applied. The caller holds mu.
+func (a *asyncAcks) before(last uint64) bool {
+	for n := range a.out {
+		if n <= last {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,337 @@
+package kdb
+
+import (
+	"errors"
+	"sync"
+	"time"
+)
+
+// Deferred transactions (docs/DESIGN.md "Deferred transactions").
+//
+// Defer queues a transaction's function without taking txMu: it runs,
+// in the order deferred, under txMu at the start of the next write that
+// takes txMu (a Submit, whose transaction it joins when both are in the
+// same namespace, or a Write, Put or Delete, before whose batch it is
+// queued as its own), before an Update's function, at Sync, Checkpoint and
+// Close, or by a timer within Options.SyncInterval. So a layer's
+// fire-and-forget writes (the broker's AckAsync) cost no commit of their
+// own: they ride the next write's batch, group and fsync.
+//
+// Invariants:
+//   - A write that takes txMu after Defer returned runs the deferred
+//     function before its own reads (Submit, Update) or queues it before
+//     its own batch (Write): deferred functions are ordered before every
+//     write that begins after Defer returns.
+//   - A deferred function whose host fails (its function returns an
+//     error) is put back at the head of the queue: it runs again with the
+//     next host.
+//   - done is called exactly once: after the deferred writes are applied
+//     (nil) or known never to be (the function's error, the commit's
+//     failure, ErrClosed).
+
+// deferredTxn is one deferred transaction.
+type deferredTxn struct {
+	prefix string
+	fn     func(tx *Txn) error
+	done   func(error)
+}
+
+// deferredQueue holds the deferred transactions not yet run.
+type deferredQueue struct {
+	sync.Mutex
+	fns    []deferredTxn
+	timer  *time.Timer
+	armed  bool
+	closed bool
+}
+
+// Defer queues fn as a transaction in the user indexes; see
+// Namespace.Defer.
+func (db *DB) Defer(fn func(tx *Txn) error, done func(err error)) error {
+	return db.deferTxn(userTreePrefix, fn, done)
+}
+
+// Defer queues fn as an ordered transaction in the namespace and returns
+// without waiting for anything (no lock a writer holds, no fsync): fn runs
+// later, in the order deferred, at the start of the next transaction or
+// write of the DB (joining a Submit's transaction in the same namespace, so
+// that it shares its batch; queued before the batch of any other write),
+// at Sync, Checkpoint and Close, or by a timer within Options.SyncInterval,
+// whichever comes first. Every write that begins after Defer returns is
+// ordered after fn, and reads fn's writes.
+//
+// fn must be a function of the state it reads (it may run more than once:
+// when the transaction it joined fails, its writes are discarded with the
+// rest and fn runs again with the next one). If fn returns an error, its
+// writes are discarded and the transaction it joined goes on without them.
+// done, if not nil, is called once, from the goroutine that waited for
+// the commit: with nil after fn's writes are applied (readers see them;
+// durable with that commit, or with the next synced one or within
+// SyncInterval), or with the reason they never will be (fn's error, a
+// failed commit, ErrClosed). fn's writes are durable once a later synced
+// write, Sync or Checkpoint returns; a crash before that loses them whole.
+func (n *Namespace) Defer(fn func(tx *Txn) error, done func(err error)) error {
+	return n.db.deferTxn(n.prefix, fn, done)
+}
+
+func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) error {
+	if fn == nil {
+		return errors.Join(ErrInvalid, errors.New("Defer: nil function"))
+	}
+	if err := db.Err(); err != nil {
+		return err
+	}
+	if err := db.nested("Defer"); err != nil {
+		// As every write from there: the function's own Txn is the way.
+		return err
+	}
+	if db.opts.ReadOnly {
+		return ErrReadOnly
+	}
+	q := &db.dq
+	q.Lock()
+	defer q.Unlock()
+	if q.closed {
+		return ErrClosed
+	}
+	q.fns = append(q.fns, deferredTxn{prefix: prefix, fn: fn, done: done})
+	if !q.armed {
+		q.armed = true
+		if q.timer == nil {
+			q.timer = time.AfterFunc(db.opts.SyncInterval, db.flushDeferredTimer)
+		} else {
+			q.timer.Reset(db.opts.SyncInterval)
+		}
+	}
+	return nil
+}
+
+// takeDeferred returns the deferred transactions queued and empties the
+// queue. The caller holds txMu (or writeMu exclusively) and runs them.
+func (db *DB) takeDeferred() []deferredTxn {
+	q := &db.dq
+	q.Lock()
+	defer q.Unlock()
+	fns := q.fns
+	q.fns = nil
+	return fns
+}
+
+// requeueDeferred puts fns back at the head of the queue: the transaction
+// they joined failed.
+func (db *DB) requeueDeferred(fns []deferredTxn) {
+	if len(fns) == 0 {
+		return
+	}
+	q := &db.dq
+	q.Lock()
+	if q.closed {
+		q.Unlock()
+		finishDeferred(fns, ErrClosed)
+		return
+	}
+	q.fns = append(fns[:len(fns):len(fns)], q.fns...)
+	q.Unlock()
+}
+
+// finishDeferred calls the done functions of fns with err.
+func finishDeferred(fns []deferredTxn, err error) {
+	for _, d := range fns {
+		if d.done != nil {
+			d.done(err)
+		}
+	}
+}
+
+// foldable reports whether fns can all join a transaction with prefix:
+// they are in its namespace (a Txn reads and writes one namespace).
+func foldable(fns []deferredTxn, prefix string) bool {
+	for _, d := range fns {
+		if d.prefix != prefix {
+			return false
+		}
+	}
+	return true
+}
+
+// runFolded runs the deferred functions that joined tx, in order, before
+// tx's own function: the writes of one that fails are discarded, and its
+// done is called at once.
+func (tx *Txn) runFolded() {
+	noSync := tx.noSync
+	for i := range tx.folded {
+		d := &tx.folded[i]
+		m := tx.mark()
+		err := d.fn(tx)
+		if err == nil {
+			err = tx.b.err
+		}
+		if err != nil {
+			tx.rollback(m)
+			if d.done != nil {
+				d.done(err)
+			}
+			d.fn, d.done = nil, nil // answered: not run again
+		}
+	}
+	// Whether the host's commit is synced is the host's: a deferred
+	// function's NoSync is moot (it is never waited durable anyway).
+	tx.noSync = noSync
+}
+
+// unfolded returns the deferred transactions that joined tx, to be run
+// again with the next one (tx failed).
+func (tx *Txn) unfolded() []deferredTxn {
+	var out []deferredTxn
+	for _, d := range tx.folded {
+		if d.fn != nil {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// foldedDone returns the done functions of the deferred transactions
+// that joined tx and succeeded.
+func (tx *Txn) foldedDone() []func(error) {
+	var out []func(error)
+	for _, d := range tx.folded {
+		if d.done != nil {
+			out = append(out, d.done)
+		}
+	}
+	return out
+}
+
+// txnMark is a point a Txn can be rolled back to.
+type txnMark struct{ ops, size int }
+
+func (tx *Txn) mark() txnMark { return txnMark{len(tx.b.ops), tx.b.size} }
+
+// rollback discards the writes made since m.
+func (tx *Txn) rollback(m txnMark) {
+	clear(tx.b.ops[m.ops:])
+	tx.b.ops = tx.b.ops[:m.ops]
+	tx.b.size = m.size
+	tx.b.err = nil
+	if tx.own != nil || tx.dropped != nil {
+		// Rebuilt by the next write past ownScanMax; until then ownOp
+		// scans.
+		tx.own, tx.dropped = nil, nil
+	}
+}
+
+// runDeferred runs fns, each as an ordered transaction of its own, and
+// queues their batches (async: without an fsync of their own, made
+// durable by the next synced commit), returning the requests to wait for.
+// The caller holds writeMu (shared or exclusively) and txMu.
+func (db *DB) runDeferred(fns []deferredTxn, async bool) []*commitReq {
+	if len(fns) == 0 {
+		return nil
+	}
+	if db.updater.Load() == 0 {
+		db.enterFn()
+		defer db.leaveFn()
+	}
+	var reqs []*commitReq
+	for i, d := range fns {
+		db.cleanup()
+		tx := &Txn{db: db, prefix: d.prefix, ordered: true}
+		err := db.runTxn(tx, d.fn)
+		if err == nil && len(tx.b.ops) == 0 {
+			if d.done != nil {
+				d.done(nil)
+			}
+			continue
+		}
+		var req *commitReq
+		if err == nil {
+			req, err = db.submit(tx.b.ops, async || tx.noSync, true)
+		}
+		if err != nil {
+			if errors.Is(err, ErrClosed) || errors.Is(err, ErrFailed) {
+				finishDeferred(fns[i:], err)
+				return reqs
+			}
+			if d.done != nil {
+				d.done(err)
+			}
+			continue
+		}
+		if d.done != nil {
+			req.onDone = append(req.onDone, d.done)
+		}
+		reqs = append(reqs, req)
+	}
+	return reqs
+}
+
+// waitAll waits for reqs (every request must be waited for) and returns
+// the first failure.
+func (db *DB) waitAll(reqs []*commitReq) error {
+	var first error
+	for _, r := range reqs {
+		if err := db.wait(r); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+// flushDeferred runs the deferred transactions queued, as commits of
+// their own, and waits until they are applied (and durable, if synced).
+// Inside an Update's or a Submit's function it does nothing (they run
+// once that function's transaction commits, or by the timer).
+func (db *DB) flushDeferred(synced bool) error {
+	q := &db.dq
+	q.Lock()
+	empty := len(q.fns) == 0
+	q.Unlock()
+	if empty || db.nested("flush") != nil {
+		return nil
+	}
+	if err := db.rlockWrite("flush"); err != nil {
+		return err
+	}
+	defer db.writeMu.RUnlock()
+	if err := db.waitForRoom(); err != nil {
+		finishDeferred(db.takeDeferred(), err)
+		return err
+	}
+	if err := db.lockTx("flush"); err != nil {
+		return err
+	}
+	reqs := db.runDeferred(db.takeDeferred(), !synced)
+	db.txMu.Unlock()
+	return db.waitAll(reqs)
+}
+
+// flushDeferredTimer runs on the timer Defer arms: within SyncInterval of
+// a Defer, its transaction is committed and synced. A failure fails the
+// handle already (there is no caller to return it to).
+func (db *DB) flushDeferredTimer() {
+	q := &db.dq
+	q.Lock()
+	q.armed = false
+	q.Unlock()
+	_ = db.flushDeferred(db.opts.Sync == SyncAlways)
+}
+
+// closeDeferred refuses further Defers and commits the queued ones
+// (Close, before it stops taking writes).
+func (db *DB) closeDeferred() {
+	q := &db.dq
+	q.Lock()
+	q.closed = true
+	if q.timer != nil {
+		q.timer.Stop()
+	}
+	q.Unlock()
+	_ = db.flushDeferred(false)
+}
+
+// abandonDeferred answers the deferred transactions still queued (a host
+// that failed after Close flushed put them back) with ErrClosed.
+func (db *DB) abandonDeferred() {
+	finishDeferred(db.takeDeferred(), ErrClosed)
+}
