@@ -3,6 +3,7 @@ package kdb
 import (
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -39,7 +40,10 @@ type deferredTxn struct {
 // deferredQueue holds the deferred transactions not yet run.
 type deferredQueue struct {
 	sync.Mutex
-	fns    []deferredTxn
+	fns []deferredTxn
+	// queued is len(fns), read without the lock by writers that find
+	// nothing to run (most of them).
+	queued atomic.Int32
 	timer  *time.Timer
 	armed  bool
 	closed bool
@@ -95,6 +99,7 @@ func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) 
 		return ErrClosed
 	}
 	q.fns = append(q.fns, deferredTxn{prefix: prefix, fn: fn, done: done})
+	q.queued.Store(int32(len(q.fns)))
 	if !q.armed {
 		q.armed = true
 		if q.timer == nil {
@@ -110,10 +115,14 @@ func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) 
 // queue. The caller holds txMu (or writeMu exclusively) and runs them.
 func (db *DB) takeDeferred() []deferredTxn {
 	q := &db.dq
+	if q.queued.Load() == 0 {
+		return nil
+	}
 	q.Lock()
 	defer q.Unlock()
 	fns := q.fns
 	q.fns = nil
+	q.queued.Store(0)
 	return fns
 }
 
@@ -131,6 +140,7 @@ func (db *DB) requeueDeferred(fns []deferredTxn) {
 		return
 	}
 	q.fns = append(fns[:len(fns):len(fns)], q.fns...)
+	q.queued.Store(int32(len(q.fns)))
 	q.Unlock()
 }
 
@@ -283,11 +293,7 @@ func (db *DB) waitAll(reqs []*commitReq) error {
 // Inside an Update's or a Submit's function it does nothing (they run
 // once that function's transaction commits, or by the timer).
 func (db *DB) flushDeferred(synced bool) error {
-	q := &db.dq
-	q.Lock()
-	empty := len(q.fns) == 0
-	q.Unlock()
-	if empty || db.nested("flush") != nil {
+	if db.dq.queued.Load() == 0 || db.nested("flush") != nil {
 		return nil
 	}
 	if err := db.rlockWrite("flush"); err != nil {
