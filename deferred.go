@@ -2,6 +2,7 @@ package kdb
 
 import (
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -68,19 +69,21 @@ func (db *DB) Defer(fn func(tx *Txn) error, done func(err error)) error {
 // when the transaction it joined fails, its writes are discarded with the
 // rest and fn runs again with the next one). If fn returns an error, its
 // writes are discarded and the transaction it joined goes on without them.
-// done, if not nil, is called once, from the goroutine that waited for
-// the commit: with nil after fn's writes are applied (readers see them;
+// done, if not nil, is called once: by the goroutine that waited for the
+// commit, with nil after fn's writes are applied (readers see them;
 // durable with that commit, or with the next synced one or within
 // SyncInterval), or with the reason they never will be (fn's error, a
-// failed commit, ErrClosed). fn's writes are durable once a later synced
-// write, Sync or Checkpoint returns; a crash before that loses them whole.
+// failed commit, ErrClosed); it may run while the DB's transaction lock is
+// held, so it must not call the DB. fn's writes are durable once a later
+// synced write, Sync or Checkpoint returns; a crash before that loses them
+// whole.
 func (n *Namespace) Defer(fn func(tx *Txn) error, done func(err error)) error {
 	return n.db.deferTxn(n.prefix, fn, done)
 }
 
 func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) error {
 	if fn == nil {
-		return errors.Join(ErrInvalid, errors.New("Defer: nil function"))
+		return fmt.Errorf("%w: Defer: nil function", ErrInvalid)
 	}
 	if err := db.Err(); err != nil {
 		return err
@@ -172,6 +175,7 @@ func (tx *Txn) runFolded() {
 	for i := range tx.folded {
 		d := &tx.folded[i]
 		m := tx.mark()
+		tx.frozen = m.ops
 		err := d.fn(tx)
 		if err == nil {
 			err = tx.b.err
@@ -184,6 +188,9 @@ func (tx *Txn) runFolded() {
 			d.fn, d.done = nil, nil // answered: not run again
 		}
 	}
+	// The host's function may change the deferred functions' writes in
+	// place: if it fails, they are all discarded together.
+	tx.frozen = 0
 	// Whether the host's commit is synced is the host's: a deferred
 	// function's NoSync is moot (it is never waited durable anyway).
 	tx.noSync = noSync

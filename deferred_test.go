@@ -298,3 +298,63 @@ func TestDefer_BeforeUpdate(t *testing.T) {
 		t.Fatalf("%x %v", v, err)
 	}
 }
+
+// Two deferred functions joining one Submit put the same key; the second
+// fails: the first's value stays (the second's put did not replace it in
+// place below its savepoint), and the host may then rewrite it.
+func TestDefer_FailureKeepsTheEarlierPutOfAKey(t *testing.T) {
+	db := openMem(t)
+	var dc doneCounter
+	put := func(v string, err error) func(tx *kdb.Txn) error {
+		return func(tx *kdb.Txn) error {
+			if perr := tx.Put("a", []byte("k"), []byte(v)); perr != nil {
+				return perr
+			}
+			return err
+		}
+	}
+	if err := db.Defer(put("first", nil), dc.done); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Defer(put("failed", errors.New("boom")), dc.done); err != nil {
+		t.Fatal(err)
+	}
+	c, err := db.Submit(func(tx *kdb.Txn) error {
+		if v, err := tx.Get("a", []byte("k")); err != nil || string(v) != "first" {
+			t.Errorf("the host reads %q %v, want the first deferred put", v, err)
+		}
+		return tx.Put("a", []byte("other"), []byte("x"))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := db.Get("a", []byte("k")); err != nil || string(v) != "first" {
+		t.Fatalf("after the commit: %q %v, want first", v, err)
+	}
+	if dc.ok.Load() != 1 || dc.failed.Load() != 1 {
+		t.Fatalf("done %d ok, %d failed; want 1 and 1", dc.ok.Load(), dc.failed.Load())
+	}
+}
+
+// A deferred function that writes nothing, joining a transaction that
+// writes nothing: its done is still called.
+func TestDefer_DoneWhenNothingIsWritten(t *testing.T) {
+	db := openMem(t)
+	var dc doneCounter
+	if err := db.Defer(func(*kdb.Txn) error { return nil }, dc.done); err != nil {
+		t.Fatal(err)
+	}
+	c, err := db.Submit(func(*kdb.Txn) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if dc.ok.Load() != 1 {
+		t.Fatalf("done called %d times with nil, want 1", dc.ok.Load())
+	}
+}

@@ -318,6 +318,10 @@ func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) 
 		return nil, err
 	}
 	if req == nil {
+		// Nothing written: the deferred functions that joined are done.
+		for _, f := range tx.foldedDone() {
+			f(nil)
+		}
 		if len(c.pre) == 0 {
 			c.once.Do(func() {})
 		}

@@ -21,8 +21,10 @@ type Txn struct {
 	ordered bool // a Submit: reads see the writes in flight
 	noSync  bool
 	// folded: the deferred transactions that run in this one before its
-	// function (deferred.go).
+	// function (deferred.go); while one runs, the ops below frozen (its
+	// savepoint) are not changed in place.
 	folded []deferredTxn
+	frozen int
 }
 
 // Update runs fn as one serializable transaction: fn's reads (Get and
@@ -93,7 +95,10 @@ func (tx *Txn) Put(index string, key, value []byte) error {
 		// place: its batch journals and applies the key once (a
 		// broker's destination record, written by each write a
 		// transaction holds).
-		if o, found := tx.ownOp(tx.b.tree(index), key); found && o != nil && o.kind == opPut {
+		// Not below a savepoint (runFolded): a rollback to it would
+		// keep the new value.
+		if i, _ := tx.ownIndex(tx.b.tree(index), key); i >= tx.frozen && tx.b.ops[i].kind == opPut {
+			o := &tx.b.ops[i]
 			v := tx.b.alloc(len(value))
 			copy(v, value)
 			tx.b.size += len(v) - len(o.value)
@@ -172,6 +177,16 @@ func (tx *Txn) index(i int) {
 // ownOp returns the transaction's last write of key in tree: found is
 // false if it has none; o is nil if the tree was dropped since.
 func (tx *Txn) ownOp(tree, key []byte) (o *op, found bool) {
+	i, found := tx.ownIndex(tree, key)
+	if i < 0 {
+		return nil, found
+	}
+	return &tx.b.ops[i], true
+}
+
+// ownIndex is ownOp as an index into the batch's ops: -1 if there is no
+// such write (found: the tree was dropped since).
+func (tx *Txn) ownIndex(tree, key []byte) (i int, found bool) {
 	ops := tx.b.ops
 	if tx.own == nil {
 		for i := len(ops) - 1; i >= 0; i-- {
@@ -180,20 +195,20 @@ func (tx *Txn) ownOp(tree, key []byte) (o *op, found bool) {
 				continue
 			}
 			if o.kind == opDropTree {
-				return nil, true
+				return -1, true
 			}
 			if bytes.Equal(o.key, key) {
-				return o, true
+				return i, true
 			}
 		}
-		return nil, false
+		return -1, false
 	}
 	d, dropped := tx.dropped[string(tree)]
 	var buf [80]byte
 	if i, ok := tx.own[string(appendOvKey(buf[:0], tree, key))]; ok && (!dropped || i > d) {
-		return &ops[i], true
+		return i, true
 	}
-	return nil, dropped
+	return -1, dropped
 }
 
 // Get returns a copy of the value of key in the named index as this
