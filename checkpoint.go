@@ -109,6 +109,12 @@ func (db *DB) checkpoint() error {
 // index now holds exactly the changes up to it. The caller holds ckMu.
 func (db *DB) flushMem() (journal.Location, error) {
 	st := db.mem.lockActive()
+	if err := db.Err(); err != nil {
+		// A failed sync may have left versions applied and never
+		// published (applyJob): they must not reach the index.
+		st.active.mu.Unlock()
+		return db.applied, err
+	}
 	applied, upto := db.applied, db.mem.seq.Load()
 	frozen := st.active
 	if st.frozen != nil {

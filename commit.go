@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/kdb-project/kdb/index"
@@ -18,10 +19,12 @@ import (
 // makes them durable, hands the leader role to the next writer waiting (if
 // any), and then, without the role, applies its group to the mem tables
 // once the groups written before it are applied, and answers its
-// followers. So a
-// lone writer writes, syncs and applies in its own goroutine, with no
-// hand-off, and the next group is gathered, written and synced while the
-// previous one is applied and answered.
+// followers. So a lone writer writes, syncs and applies in its own
+// goroutine, with no hand-off, and the next group is gathered, written and
+// synced while the previous one is applied and answered. A group with a
+// follower already waiting is applied by that follower while the leader
+// syncs it, and published once the sync is done (applyJob): its writers
+// are answered as soon as the sync ends.
 //
 // Writes do not overlap an fdatasync: measured, letting the next leader
 // write while the previous fdatasync runs (Pebble's LogWriter) gave smaller
@@ -42,7 +45,14 @@ type commitReq struct {
 	// lead is set (under commitQueue.mu, before the token is sent) when the
 	// request is made the leader rather than answered.
 	lead bool
-	err  error
+	// job is set (before a token is sent) when the request's writer is
+	// asked to apply its group while the leader syncs it (applyJob); its
+	// answer is a second token.
+	job *applyJob
+	// waiting: the writer is in wait (so a job given to it runs at once,
+	// not whenever its Commit is waited for).
+	waiting atomic.Bool
+	err     error
 	// gen, ovKeys and ovDrops: its entries in the in-flight overlay
 	// (ordered.go).
 	gen     uint64
@@ -87,6 +97,9 @@ type commitQueue struct {
 		cond *sync.Cond
 		done uint64 // groups applied (or skipped after a failure)
 	}
+	// jobsApplied counts the groups applied by an applyJob before their
+	// sync ended (tests check the path runs).
+	jobsApplied atomic.Uint64
 	// async: a timer that syncs the journal within SyncInterval of an
 	// unsynced AckAsync group.
 	async struct {
@@ -184,9 +197,14 @@ func (req *commitReq) seal() {
 // made the leader.
 func (db *DB) wait(req *commitReq) error {
 	req.seal()
+	req.waiting.Store(true)
 	<-req.done
 	if req.lead {
 		db.lead()
+	} else if j := req.job; j != nil {
+		req.job = nil
+		db.runApplyJob(j)
+		<-req.done
 	}
 	for _, f := range req.onDone {
 		f(req.err)
@@ -232,6 +250,7 @@ func (db *DB) lead() {
 		seq = q.mu.written
 	}
 	q.mu.Unlock()
+	var job *applyJob
 	if err == nil && db.opts.Sync == SyncAlways {
 		sync := false
 		for _, r := range group {
@@ -239,8 +258,20 @@ func (db *DB) lead() {
 		}
 		if !sync {
 			db.syncAsyncWithin()
-		} else if serr := db.j.SyncTo(end); serr != nil {
-			err = db.fail(serr)
+		} else {
+			// A follower already waiting applies the group while the
+			// leader syncs it (applyJob).
+			for _, r := range group[1:] {
+				if r.waiting.Load() {
+					job = &applyJob{seq: seq, group: group, locs: locs, synced: make(chan error, 1), done: make(chan struct{})}
+					r.job = job
+					r.done <- struct{}{}
+					break
+				}
+			}
+			if serr := db.j.SyncTo(end); serr != nil {
+				err = db.fail(serr)
+			}
 		}
 	}
 	// Hand the lead on: the next group is gathered, written and synced
@@ -256,7 +287,11 @@ func (db *DB) lead() {
 		q.mu.leading = false
 	}
 	q.mu.Unlock()
-	if seq != 0 {
+	if job != nil {
+		job.synced <- err
+		<-job.done
+		err = job.err
+	} else if seq != 0 {
 		err = db.applyInTurn(seq, group, locs, err)
 	}
 	db.settled(group)
@@ -354,15 +389,90 @@ func (db *DB) applyInTurn(seq uint64, group []*commitReq, locs []journal.Locatio
 	return err
 }
 
+// applyJob is a group applied by one of its followers while the leader
+// syncs it: with several writers a commit's index update is then off the
+// path from one fdatasync to the next (the leader hands the lead on, and
+// the group's writers are answered, as soon as the sync is done), and it
+// runs on the other core while the leader's thread waits in fdatasync.
+// The versions are applied unpublished (the active mem table's lock held,
+// S unchanged: no reader sees them, no checkpoint freezes the table) and
+// published only once the sync succeeded; after a failed sync the handle
+// is failed and they never are.
+type applyJob struct {
+	seq    uint64
+	group  []*commitReq
+	locs   []journal.Location
+	synced chan error // the leader's sync outcome
+	done   chan struct{}
+	err    error // the group's outcome, set before done is closed
+}
+
+// runApplyJob applies j's group once the groups written before it are
+// applied, and publishes it once the leader's sync succeeded.
+func (db *DB) runApplyJob(j *applyJob) {
+	ap := &db.cq.ap
+	ap.Lock()
+	if ap.cond == nil {
+		ap.cond = sync.NewCond(&ap.Mutex)
+	}
+	for ap.done != j.seq-1 {
+		ap.cond.Wait()
+	}
+	err := db.Err()
+	var p pendingApply
+	if err == nil {
+		p, err = db.applyPending(j.group, j.locs)
+		if err == nil {
+			db.cq.jobsApplied.Add(1)
+		}
+	}
+	serr := <-j.synced
+	switch {
+	case err != nil:
+	case serr != nil:
+		p.st.active.mu.Unlock()
+		err = serr
+	default:
+		db.publish(p)
+	}
+	ap.done = j.seq
+	ap.cond.Broadcast()
+	ap.Unlock()
+	j.err = err
+	close(j.done)
+}
+
 // applyGroup applies the batches of group, journaled at locs, to the mem
 // tables (mem.go): one version per operation, visible to Views all at
 // once.
 func (db *DB) applyGroup(group []*commitReq, locs []journal.Location) error {
+	p, err := db.applyPending(group, locs)
+	if err != nil {
+		return err
+	}
+	db.publish(p)
+	return nil
+}
+
+// pendingApply is a group applied to the active mem table and not yet
+// published: its table's lock is held.
+type pendingApply struct {
+	st      *memState
+	seq     uint64
+	applied journal.Location
+	batches int
+}
+
+// applyPending applies group to the active mem table without publishing
+// it: on success the table's lock is held, for publish (or, after a failed
+// sync, an unlock that leaves the versions unseen).
+func (db *DB) applyPending(group []*commitReq, locs []journal.Location) (pendingApply, error) {
 	st := db.mem.lockActive()
 	db.mem.viewMu.Lock()
 	db.viewSeqsBuf = db.viewSeqs(db.viewSeqsBuf)
 	start := db.mem.seq.Load()
 	db.mem.viewMu.Unlock()
+	var end uint64
 	err := func() error {
 		m := &memApply{st: st, ix: db.applyIx.get(db.ix), seq: start, start: start, views: db.viewSeqsBuf}
 		m.pruneKept()
@@ -381,23 +491,30 @@ func (db *DB) applyGroup(group []*commitReq, locs []journal.Location) error {
 		if err := m.ix.Err(); err != nil {
 			return err
 		}
-		db.applied = locs[len(locs)-1]
-		db.mem.seq.Store(m.seq)
+		end = m.seq
 		return nil
 	}()
-	st.active.mu.Unlock()
 	if err != nil {
+		st.active.mu.Unlock()
 		// The batch is durable but could not be applied: the index and the
 		// journal disagree until a reopen replays it.
-		return db.fail(fmt.Errorf("apply to the index: %w", err))
+		return pendingApply{}, db.fail(fmt.Errorf("apply to the index: %w", err))
 	}
+	return pendingApply{st: st, seq: end, applied: locs[len(locs)-1], batches: len(group)}, nil
+}
+
+// publish makes p's versions visible (S moves to its last seq) and
+// releases the active mem table.
+func (db *DB) publish(p pendingApply) {
+	db.applied = p.applied
+	db.mem.seq.Store(p.seq)
+	p.st.active.mu.Unlock()
 	db.mu.Lock()
-	db.mu.applied = locs[len(locs)-1]
+	db.mu.applied = p.applied
 	db.mu.stats.Commits++
-	db.mu.stats.Batches += uint64(len(group))
+	db.mu.stats.Batches += uint64(p.batches)
 	db.mu.Unlock()
 	db.maybeKickCheckpoint()
-	return nil
 }
 
 // pinnedIndex is an index snapshot kept pinned for as long as the index

@@ -32,8 +32,12 @@
 // View registry's lock (views.mu) and the commit queue's async timer lock
 // are leaves. No lock is held across an fsync except writeMu (shared, by
 // Write while its batch commits; exclusive, by Update and Close), ckMu (one
-// checkpoint at a time) and compaction.mu (one compaction pass at a time,
-// which commits its moves and takes a checkpoint while holding it).
+// checkpoint at a time), compaction.mu (one compaction pass at a time,
+// which commits its moves and takes a checkpoint while holding it), and
+// cq.ap with the active mem table's lock, held by a follower that applied
+// its group while the leader syncs it (applyJob, commit.go) until that
+// sync ends: the leader takes neither between its write and the end of
+// its sync.
 //
 // See docs/DESIGN.md for how it works and docs/FORMAT.md for every byte it
 // writes.

@@ -44,6 +44,12 @@ m journal-fdatasync-skipped journal/writer.go \
 m ack-before-fsync commit.go \
   'sync = sync || !r.async' 'sync = sync || !r.async && false' \
   '. ./broker' "the commit leader treats every group as AckAsync: a synced write is applied and acknowledged before its fdatasync (which comes within SyncInterval)"
+m applyjob-published-before-sync commit.go \
+  $'\tserr := <-j.synced\n\tswitch {\n\tcase err != nil:\n\tcase serr != nil:\n\t\tp.st.active.mu.Unlock()' $'\tif err == nil {\n\t\tdb.publish(p)\n\t}\n\tserr := <-j.synced\n\tswitch {\n\tcase err != nil:\n\tcase serr != nil:\n\t\terr = serr\n\tcase true:' \
+  '. ./broker' "a group a follower applied while its leader syncs it is published before the sync ends: readers see writes that are not durable, and keep them after a failed sync"
+m flush-after-failed-sync checkpoint.go \
+  $'if err := db.Err(); err != nil {\n\t\t// A failed sync' $'if err := db.Err(); err != nil && false {\n\t\t// A failed sync' \
+  '. ./broker' "a checkpoint of a failed handle flushes versions applied during a sync that failed (never published) into the index"
 m syncto-fdatasync-skipped journal/writer.go \
   'err = seg.f.Sync()' 'err = nil' \
   './journal . ./broker' "SyncTo, the fdatasync the database's commit leader waits for, is skipped: acknowledged batches are not durable"

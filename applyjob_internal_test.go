@@ -1,0 +1,151 @@
+package kdb
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kdb-project/kdb/vfs"
+)
+
+// syncGate blocks the journal's syncs while armed: each one announces
+// itself on entered and waits for a value on release (its outcome).
+type syncGate struct {
+	armed   atomic.Bool
+	entered chan struct{}
+	release chan error
+}
+
+func newSyncGate() *syncGate {
+	return &syncGate{entered: make(chan struct{}, 16), release: make(chan error)}
+}
+
+func (g *syncGate) hook(e vfs.Event) error {
+	if e.Op == vfs.OpSync && strings.Contains(e.Path, ".log") && g.armed.Load() {
+		g.entered <- struct{}{}
+		return <-g.release
+	}
+	return nil
+}
+
+// groupSyncing leaves the DB with a group of two puts (a and b) written
+// and its leader inside its sync, held by g, and waits until the follower
+// applied the group (applyJob). It returns the puts' outcomes.
+func groupSyncing(t *testing.T, db *DB, g *syncGate) <-chan error {
+	t.Helper()
+	g.armed.Store(true)
+	out := make(chan error, 3)
+	// A first put leads and waits in its sync...
+	go func() { out <- db.Put("t", []byte("w0"), []byte("v")) }()
+	<-g.entered
+	// ... while a and b queue behind it, as one group.
+	for _, k := range []string{"a", "b"} {
+		go func() { out <- db.Put("t", []byte(k), []byte("v-"+k)) }()
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		q := &db.cq
+		q.mu.Lock()
+		n := 0
+		for _, r := range q.mu.queue {
+			if r.waiting.Load() {
+				n++
+			}
+		}
+		q.mu.Unlock()
+		if n == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a and b never queued")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	jobs := db.cq.jobsApplied.Load()
+	g.release <- nil // w0 is durable; a and b are written, and their sync waits
+	<-g.entered
+	for db.cq.jobsApplied.Load() == jobs {
+		if time.Now().After(deadline) {
+			t.Fatal("the group of a and b was not applied by a follower while its sync ran")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return out
+}
+
+// A group applied by a follower while its leader syncs it (applyJob) is
+// not seen by readers until the sync is done: a reader never sees a write
+// that is not durable.
+func TestApplyJob_UnseenUntilSynced(t *testing.T) {
+	g := newSyncGate()
+	db, err := Open("/db", &Options{FS: vfs.Intercept(vfs.NewMem(), g.hook), CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	out := groupSyncing(t, db, g)
+	for _, k := range []string{"a", "b"} {
+		if v, err := db.Get("t", []byte(k)); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("%s read before its sync ended: %q, %v", k, v, err)
+		}
+	}
+	g.armed.Store(false)
+	g.release <- nil
+	for range 3 {
+		if err := <-out; err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, k := range []string{"a", "b"} {
+		if v, err := db.Get("t", []byte(k)); err != nil || string(v) != "v-"+k {
+			t.Fatalf("%s after its put returned: %q, %v", k, v, err)
+		}
+	}
+}
+
+// When the sync of a group a follower applied fails, the handle fails, the
+// group's writers get the error, and its versions are never seen: not by
+// readers, not by a checkpoint.
+func TestApplyJob_FailedSyncNeverSeen(t *testing.T) {
+	g := newSyncGate()
+	db, err := Open("/db", &Options{FS: vfs.Intercept(vfs.NewMem(), g.hook), CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := groupSyncing(t, db, g)
+	g.armed.Store(false)
+	g.release <- fmt.Errorf("injected: %w", syscall.EIO)
+	fails := 0
+	for range 3 {
+		if err := <-out; err != nil {
+			if !errors.Is(err, ErrFailed) {
+				t.Fatalf("put: %v, want ErrFailed", err)
+			}
+			fails++
+		}
+	}
+	if fails != 2 {
+		t.Fatalf("%d puts failed, want a and b", fails)
+	}
+	for _, k := range []string{"a", "b"} {
+		if v, err := db.Get("t", []byte(k)); err == nil {
+			t.Fatalf("%s read after its sync failed: %q", k, v)
+		}
+	}
+	// The checkpointer's path (Checkpoint refuses a failed handle first).
+	if err := db.checkpoint(); err == nil {
+		t.Fatal("checkpoint of a failed handle succeeded")
+	}
+	for _, k := range []string{"a", "b"} {
+		if v, err := db.Get("t", []byte(k)); err == nil {
+			t.Fatalf("%s read after a checkpoint of the failed handle: %q", k, v)
+		}
+	}
+	if err := db.Close(); !errors.Is(err, ErrFailed) {
+		t.Fatalf("Close: %v, want ErrFailed", err)
+	}
+}
