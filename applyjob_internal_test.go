@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -13,23 +14,41 @@ import (
 )
 
 // syncGate blocks the journal's syncs while armed: each one announces
-// itself on entered and waits for a value on release (its outcome).
+// itself on entered and waits for a value on release (its outcome), or
+// for open (a failed test lets everything through, so that it ends).
 type syncGate struct {
 	armed   atomic.Bool
 	entered chan struct{}
 	release chan error
+	open    chan struct{}
+	once    sync.Once
 }
 
 func newSyncGate() *syncGate {
-	return &syncGate{entered: make(chan struct{}, 16), release: make(chan error)}
+	return &syncGate{entered: make(chan struct{}, 16), release: make(chan error), open: make(chan struct{})}
 }
 
 func (g *syncGate) hook(e vfs.Event) error {
 	if e.Op == vfs.OpSync && strings.Contains(e.Path, ".log") && g.armed.Load() {
-		g.entered <- struct{}{}
-		return <-g.release
+		select {
+		case g.entered <- struct{}{}:
+		case <-g.open:
+			return nil
+		}
+		select {
+		case err := <-g.release:
+			return err
+		case <-g.open:
+			return nil
+		}
 	}
 	return nil
+}
+
+// unblock lets every sync through from now on.
+func (g *syncGate) unblock() {
+	g.armed.Store(false)
+	g.once.Do(func() { close(g.open) })
 }
 
 // groupSyncing leaves the DB with a group of two puts (a and b) written
@@ -87,6 +106,7 @@ func TestApplyJob_UnseenUntilSynced(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	defer g.unblock() // first: a failed test's Close does not wait for a held sync
 	out := groupSyncing(t, db, g)
 	for _, k := range []string{"a", "b"} {
 		if v, err := db.Get("t", []byte(k)); !errors.Is(err, ErrNotFound) {
@@ -116,6 +136,7 @@ func TestApplyJob_FailedSyncNeverSeen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer g.unblock()
 	out := groupSyncing(t, db, g)
 	g.armed.Store(false)
 	g.release <- fmt.Errorf("injected: %w", syscall.EIO)
