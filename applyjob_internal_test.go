@@ -51,11 +51,20 @@ func (g *syncGate) unblock() {
 	g.once.Do(func() { close(g.open) })
 }
 
-// groupSyncing leaves the DB with a group of two puts (a and b) written
-// and its leader inside its sync, held by g, and waits until the follower
-// applied the group (applyJob). It returns the puts' outcomes.
-func groupSyncing(t *testing.T, db *DB, g *syncGate) <-chan error {
+// groupSyncing opens a DB whose journal syncs g holds, and leaves it with a
+// group of two puts (a and b) written and its leader inside its sync, and
+// waits until the follower applied the group (applyJob). It returns the
+// puts' outcomes. When the test ends, every sync is let through before
+// the DB is closed.
+func groupSyncing(t *testing.T) (*DB, *syncGate, <-chan error) {
 	t.Helper()
+	g := newSyncGate()
+	db, err := Open("/db", &Options{FS: vfs.Intercept(vfs.NewMem(), g.hook), CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	t.Cleanup(g.unblock) // first: a failed test's Close does not wait for a held sync
 	g.armed.Store(true)
 	out := make(chan error, 3)
 	// A first put leads and waits in its sync...
@@ -93,21 +102,14 @@ func groupSyncing(t *testing.T, db *DB, g *syncGate) <-chan error {
 		}
 		time.Sleep(time.Millisecond)
 	}
-	return out
+	return db, g, out
 }
 
 // A group applied by a follower while its leader syncs it (applyJob) is
 // not seen by readers until the sync is done: a reader never sees a write
 // that is not durable.
 func TestApplyJob_UnseenUntilSynced(t *testing.T) {
-	g := newSyncGate()
-	db, err := Open("/db", &Options{FS: vfs.Intercept(vfs.NewMem(), g.hook), CheckpointInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	defer g.unblock() // first: a failed test's Close does not wait for a held sync
-	out := groupSyncing(t, db, g)
+	db, g, out := groupSyncing(t)
 	for _, k := range []string{"a", "b"} {
 		if v, err := db.Get("t", []byte(k)); !errors.Is(err, ErrNotFound) {
 			t.Fatalf("%s read before its sync ended: %q, %v", k, v, err)
@@ -131,13 +133,7 @@ func TestApplyJob_UnseenUntilSynced(t *testing.T) {
 // group's writers get the error, and its versions are never seen: not by
 // readers, not by a checkpoint.
 func TestApplyJob_FailedSyncNeverSeen(t *testing.T) {
-	g := newSyncGate()
-	db, err := Open("/db", &Options{FS: vfs.Intercept(vfs.NewMem(), g.hook), CheckpointInterval: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer g.unblock()
-	out := groupSyncing(t, db, g)
+	db, g, out := groupSyncing(t)
 	g.armed.Store(false)
 	g.release <- fmt.Errorf("injected: %w", syscall.EIO)
 	fails := 0

@@ -259,16 +259,7 @@ func (db *DB) lead() {
 		if !sync {
 			db.syncAsyncWithin()
 		} else {
-			// A follower already waiting applies the group while the
-			// leader syncs it (applyJob).
-			for _, r := range group[1:] {
-				if r.waiting.Load() {
-					job = &applyJob{seq: seq, group: group, locs: locs, synced: make(chan error, 1), done: make(chan struct{})}
-					r.job = job
-					r.done <- struct{}{}
-					break
-				}
-			}
+			job = handApply(seq, group, locs)
 			if serr := db.j.SyncTo(end); serr != nil {
 				err = db.fail(serr)
 			}
@@ -292,7 +283,7 @@ func (db *DB) lead() {
 		<-job.done
 		err = job.err
 	} else if seq != 0 {
-		err = db.applyInTurn(seq, group, locs, err)
+		err = db.inTurn(seq, err, func() error { return db.applyGroup(group, locs) })
 	}
 	db.settled(group)
 	for _, r := range group {
@@ -365,10 +356,10 @@ func (db *DB) gather() []*commitReq {
 // slow disk, the race detector).
 const maxLinger = 3 * time.Millisecond
 
-// applyInTurn waits until the groups written before group seq are applied,
-// then applies group (whose records lie at locs) to the index unless err
-// or the handle failed, and returns the group's outcome.
-func (db *DB) applyInTurn(seq uint64, group []*commitReq, locs []journal.Location, err error) error {
+// inTurn waits until the groups written before group seq are applied, then
+// runs apply (which applies group seq to the index) unless err or the
+// handle failed, marks group seq applied and returns its outcome.
+func (db *DB) inTurn(seq uint64, err error, apply func() error) error {
 	ap := &db.cq.ap
 	ap.Lock()
 	defer ap.Unlock()
@@ -382,7 +373,7 @@ func (db *DB) applyInTurn(seq uint64, group []*commitReq, locs []journal.Locatio
 		err = db.Err()
 	}
 	if err == nil {
-		err = db.applyGroup(group, locs)
+		err = apply()
 	}
 	ap.done = seq
 	ap.cond.Broadcast()
@@ -407,38 +398,41 @@ type applyJob struct {
 	err    error // the group's outcome, set before done is closed
 }
 
+// handApply gives group's apply to a follower already waiting (one whose
+// Commit nobody waits for would hold it up), waking it with the job, or
+// returns nil: the leader applies the group itself after its sync.
+func handApply(seq uint64, group []*commitReq, locs []journal.Location) *applyJob {
+	for _, r := range group[1:] {
+		if r.waiting.Load() {
+			// synced is buffered: the leader never waits to report.
+			job := &applyJob{seq: seq, group: group, locs: locs, synced: make(chan error, 1), done: make(chan struct{})}
+			r.job = job
+			r.done <- struct{}{}
+			return job
+		}
+	}
+	return nil
+}
+
 // runApplyJob applies j's group once the groups written before it are
 // applied, and publishes it once the leader's sync succeeded.
 func (db *DB) runApplyJob(j *applyJob) {
-	ap := &db.cq.ap
-	ap.Lock()
-	if ap.cond == nil {
-		ap.cond = sync.NewCond(&ap.Mutex)
-	}
-	for ap.done != j.seq-1 {
-		ap.cond.Wait()
-	}
-	err := db.Err()
-	var p pendingApply
-	if err == nil {
-		p, err = db.applyPending(j.group, j.locs)
+	j.err = db.inTurn(j.seq, nil, func() error {
+		p, err := db.applyPending(j.group, j.locs)
 		if err == nil {
 			db.cq.jobsApplied.Add(1)
 		}
-	}
-	serr := <-j.synced
-	switch {
-	case err != nil:
-	case serr != nil:
-		p.st.active.mu.Unlock()
-		err = serr
-	default:
+		serr := <-j.synced
+		switch {
+		case err != nil:
+			return err
+		case serr != nil:
+			p.st.active.mu.Unlock()
+			return serr
+		}
 		db.publish(p)
-	}
-	ap.done = j.seq
-	ap.cond.Broadcast()
-	ap.Unlock()
-	j.err = err
+		return nil
+	})
 	close(j.done)
 }
 

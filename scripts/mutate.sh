@@ -45,7 +45,7 @@ m ack-before-fsync commit.go \
   'sync = sync || !r.async' 'sync = sync || !r.async && false' \
   '. ./broker' "the commit leader treats every group as AckAsync: a synced write is applied and acknowledged before its fdatasync (which comes within SyncInterval)"
 m applyjob-published-before-sync commit.go \
-  $'\tserr := <-j.synced\n\tswitch {\n\tcase err != nil:\n\tcase serr != nil:\n\t\tp.st.active.mu.Unlock()' $'\tif err == nil {\n\t\tdb.publish(p)\n\t}\n\tserr := <-j.synced\n\tswitch {\n\tcase err != nil:\n\tcase serr != nil:\n\t\terr = serr\n\tcase true:' \
+  $'\t\tserr := <-j.synced\n\t\tswitch {' $'\t\tif err == nil {\n\t\t\tdb.publish(p)\n\t\t}\n\t\tif serr := <-j.synced; err == nil {\n\t\t\treturn serr\n\t\t}\n\t\tserr := error(nil)\n\t\tswitch {' \
   '. ./broker' "a group a follower applied while its leader syncs it is published before the sync ends: readers see writes that are not durable, and keep them after a failed sync"
 m flush-after-failed-sync checkpoint.go \
   $'if err := db.Err(); err != nil {\n\t\t// A failed sync' $'if err := db.Err(); err != nil && false {\n\t\t// A failed sync' \
