@@ -89,14 +89,26 @@ func NewBatch() *Batch { return &Batch{} }
 // Put sets key to value in the named index, creating the index if needed.
 // key and value are copied.
 func (b *Batch) Put(index string, key, value []byte) {
-	if b.check(index, key) && len(value) > MaxValueSize {
-		b.err = fmt.Errorf("%w: value of %d bytes (max %d)", ErrInvalid, len(value), MaxValueSize)
-	}
+	b.checkPut(index, key, len(value))
 	// One allocation holds the copies of both.
 	kv := b.alloc(len(key) + len(value))
 	copy(kv, key)
 	copy(kv[len(key):], value)
 	b.add(op{kind: opPut, tree: b.tree(index), key: kv[:len(key):len(key)], value: kv[len(key):]})
+}
+
+// putOwned is Put keeping value rather than a copy (Txn.PutOwned).
+func (b *Batch) putOwned(index string, key, value []byte) {
+	b.checkPut(index, key, len(value))
+	k := b.alloc(len(key))
+	copy(k, key)
+	b.add(op{kind: opPut, tree: b.tree(index), key: k, value: value})
+}
+
+func (b *Batch) checkPut(index string, key []byte, n int) {
+	if b.check(index, key) && n > MaxValueSize {
+		b.err = fmt.Errorf("%w: value of %d bytes (max %d)", ErrInvalid, n, MaxValueSize)
+	}
 }
 
 // Delete removes key from the named index. Deleting a missing key is not an

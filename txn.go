@@ -90,24 +90,52 @@ func (tx *Txn) Put(index string, key, value []byte) error {
 		return err
 	}
 	tx.b.prefix = tx.prefix
-	if tx.b.err == nil && tx.b.check(index, key) && len(value) <= MaxValueSize {
-		// A key the transaction put already takes the new value in
-		// place: its batch journals and applies the key once (a
-		// broker's destination record, written by each write a
-		// transaction holds).
-		// Not below a savepoint (runFolded): a rollback to it would
-		// keep the new value.
-		if i, _ := tx.ownIndex(tx.b.tree(index), key); i >= tx.frozen && tx.b.ops[i].kind == opPut {
-			o := &tx.b.ops[i]
-			v := tx.b.alloc(len(value))
-			copy(v, value)
-			tx.b.size += len(v) - len(o.value)
-			o.value = v
-			return nil
-		}
+	if o := tx.putInPlace(index, key, len(value)); o != nil {
+		v := tx.b.alloc(len(value))
+		copy(v, value)
+		tx.b.size += len(v) - len(o.value)
+		o.value = v
+		return nil
 	}
 	tx.b.Put(index, key, value)
 	return tx.record()
+}
+
+// PutOwned is Put without the copy of value: the transaction keeps value
+// itself (the journal is written from it, and reads see it until it is
+// applied), so the caller must never change value afterwards. For a buffer
+// made for this one write, such as an encoded message. key is copied.
+func (tx *Txn) PutOwned(index string, key, value []byte) error {
+	if value == nil {
+		return tx.Put(index, key, value)
+	}
+	if err := tx.live(); err != nil {
+		return err
+	}
+	tx.b.prefix = tx.prefix
+	if o := tx.putInPlace(index, key, len(value)); o != nil {
+		tx.b.size += len(value) - len(o.value)
+		o.value = value
+		return nil
+	}
+	tx.b.putOwned(index, key, value)
+	return tx.record()
+}
+
+// putInPlace returns the op whose value a valid put of n bytes to key
+// replaces in place, or nil. A key the transaction put already takes the
+// new value in place: its batch journals and applies the key once (a
+// broker's destination record, written by each write a transaction
+// holds). Not below a savepoint (runFolded): a rollback to it would keep
+// the new value.
+func (tx *Txn) putInPlace(index string, key []byte, n int) *op {
+	if tx.b.err != nil || !tx.b.check(index, key) || n > MaxValueSize {
+		return nil
+	}
+	if i, _ := tx.ownIndex(tx.b.tree(index), key); i >= tx.frozen && tx.b.ops[i].kind == opPut {
+		return &tx.b.ops[i]
+	}
+	return nil
 }
 
 // Delete removes key from the named index.

@@ -490,7 +490,11 @@ func (w *bwrite) send(kind DestKind, dest string, m *Message, enc []byte) (uint6
 			w.put(idTree(pendPrefix, id), seqKey(seq), []byte{})
 		}
 	}
-	w.put(idTree(msgPrefix, d.id), seqKey(seq), enc)
+	// enc was made for this write (Send's encodeMessage, or just above):
+	// the transaction keeps it without a copy.
+	if err := w.tx.PutOwned(idTree(msgPrefix, d.id), seqKey(seq), enc); err != nil && w.err == nil {
+		w.err = err
+	}
 	w.put(idTree(hdrPrefix, d.id), seqKey(seq), encodeHdr(refs, uint32(len(enc)), m.ID))
 	w.put(idTree(idPrefix, d.id), []byte(m.ID), u64(seq))
 	d.count++
