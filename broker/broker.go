@@ -235,6 +235,14 @@ func (w *bwrite) put(tree string, key, val []byte) {
 	}
 }
 
+// putOwned is put for a value made for this write, which the
+// transaction keeps without a copy (kdb.Txn.PutOwned).
+func (w *bwrite) putOwned(tree string, key, val []byte) {
+	if err := w.tx.PutOwned(tree, key, val); err != nil && w.err == nil {
+		w.err = err
+	}
+}
+
 func (w *bwrite) del(tree string, key []byte) {
 	if err := w.tx.Delete(tree, key); err != nil && w.err == nil {
 		w.err = err
@@ -490,11 +498,8 @@ func (w *bwrite) send(kind DestKind, dest string, m *Message, enc []byte) (uint6
 			w.put(idTree(pendPrefix, id), seqKey(seq), []byte{})
 		}
 	}
-	// enc was made for this write (Send's encodeMessage, or just above):
-	// the transaction keeps it without a copy.
-	if err := w.tx.PutOwned(idTree(msgPrefix, d.id), seqKey(seq), enc); err != nil && w.err == nil {
-		w.err = err
-	}
+	// enc was made for this write (Send's encodeMessage, or just above).
+	w.putOwned(idTree(msgPrefix, d.id), seqKey(seq), enc)
 	w.put(idTree(hdrPrefix, d.id), seqKey(seq), encodeHdr(refs, uint32(len(enc)), m.ID))
 	w.put(idTree(idPrefix, d.id), []byte(m.ID), u64(seq))
 	d.count++
