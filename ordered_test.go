@@ -527,7 +527,8 @@ func TestTxn_PutOwned(t *testing.T) {
 	}
 	big := func(c byte) []byte { return bytes.Repeat([]byte{c}, 2000) }
 	want := map[string][]byte{"small": []byte("s1"), "big": big('b'), "replaced": big('r'), "empty": {}}
-	c, err := db.Submit(func(tx *kdb.Txn) error {
+	want["nil"] = []byte{}
+	puts := func(tx *kdb.Txn) error {
 		for _, k := range []string{"small", "big", "empty"} {
 			if err := tx.PutOwned("i", []byte(k), bytes.Clone(want[k])); err != nil {
 				return err
@@ -539,10 +540,13 @@ func TestTxn_PutOwned(t *testing.T) {
 		if err := tx.PutOwned("i", []byte("replaced"), bytes.Clone(want["replaced"])); err != nil {
 			return err
 		}
-		if err := tx.PutOwned("i", []byte("nil"), nil); err != nil {
+		return tx.PutOwned("i", []byte("nil"), nil)
+	}
+	// First with a bad PutOwned at the end: nothing is written.
+	c, err := db.Submit(func(tx *kdb.Txn) error {
+		if err := puts(tx); err != nil {
 			return err
 		}
-		want["nil"] = []byte{}
 		for k, w := range want {
 			if v, err := tx.Get("i", []byte(k)); err != nil || !bytes.Equal(v, w) {
 				return fmt.Errorf("in the transaction, %s = %.20q %v", k, v, err)
@@ -559,20 +563,10 @@ func TestTxn_PutOwned(t *testing.T) {
 	if c != nil {
 		t.Fatal("a failed transaction returned a Commit")
 	}
-	c, err = db.Submit(func(tx *kdb.Txn) error {
-		for _, k := range []string{"small", "big", "empty"} {
-			if err := tx.PutOwned("i", []byte(k), bytes.Clone(want[k])); err != nil {
-				return err
-			}
-		}
-		if err := tx.Put("i", []byte("replaced"), []byte("first")); err != nil {
-			return err
-		}
-		if err := tx.PutOwned("i", []byte("replaced"), bytes.Clone(want["replaced"])); err != nil {
-			return err
-		}
-		return tx.PutOwned("i", []byte("nil"), nil)
-	})
+	if _, err := db.Get("i", []byte("small")); !errors.Is(err, kdb.ErrNotFound) {
+		t.Fatalf("the failed transaction's put is readable: %v", err)
+	}
+	c, err = db.Submit(puts)
 	if err != nil {
 		t.Fatal(err)
 	}
