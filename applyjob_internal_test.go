@@ -115,6 +115,10 @@ func TestApplyJob_UnseenUntilSynced(t *testing.T) {
 			t.Fatalf("%s read before its sync ended: %q, %v", k, v, err)
 		}
 	}
+	time.Sleep(20 * time.Millisecond) // time for a wrong answer to arrive
+	if n := len(out); n > 1 {
+		t.Fatalf("%d puts returned before their group's sync ended (only w0, synced before, may have)", n)
+	}
 	g.armed.Store(false)
 	g.release <- nil
 	for range 3 {
