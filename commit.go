@@ -3,6 +3,7 @@ package kdb
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -91,6 +92,10 @@ type commitQueue struct {
 		target  int
 		linger  time.Duration
 		arrived chan struct{} // buffered(1): a batch was queued (lingering leader)
+		// procs is GOMAXPROCS, read once every procsEvery gathers (it
+		// takes the scheduler's lock; a program may change it).
+		procs   int
+		gathers uint64
 	}
 	ap struct {
 		sync.Mutex
@@ -311,7 +316,30 @@ func (db *DB) gather() []*commitReq {
 	q := &db.cq
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if len(q.mu.queue) < q.mu.target && q.mu.linger > 0 {
+	if q.mu.gathers++; q.mu.gathers%procsEvery == 1 {
+		q.mu.procs = runtime.GOMAXPROCS(0)
+	}
+	if q.mu.target > 1 && q.mu.procs == 1 {
+		// One P: a journal fdatasync holds it (the runtime hands a P in a
+		// system call to another thread only when its monitor notices,
+		// which for a short sync it mostly does not), so the writers
+		// answered last could not run during the sync and are all
+		// runnable now; a linger timer would take the first few and
+		// leave the rest to another sync. Yield to them until two whole
+		// rounds bring no new batch.
+		deadline := time.Now().Add(maxLinger)
+		for idle := 0; idle < 2 && time.Now().Before(deadline); {
+			n := len(q.mu.queue)
+			q.mu.Unlock()
+			runtime.Gosched()
+			q.mu.Lock()
+			if len(q.mu.queue) == n {
+				idle++
+			} else {
+				idle = 0
+			}
+		}
+	} else if len(q.mu.queue) < q.mu.target && q.mu.linger > 0 {
 		if q.mu.arrived == nil {
 			q.mu.arrived = make(chan struct{}, 1)
 		}
@@ -350,6 +378,9 @@ func (db *DB) gather() []*commitReq {
 	}
 	return group
 }
+
+// procsEvery is how often (in groups) gather reads GOMAXPROCS.
+const procsEvery = 64
 
 // maxLinger bounds how long a leader waits for more writers (the linger is
 // also at most half a commit); it matters only when a commit is slow (a
