@@ -27,7 +27,7 @@ func (db *DB) Checkpoint() error {
 	}
 	// Deferred transactions are ordered before the checkpoint (inside a
 	// transaction's function this does nothing).
-	if err := db.flushDeferred(false); err != nil {
+	if err := db.syncDeferred(); err != nil {
 		return err
 	}
 	if err := db.checkpoint(); err != nil {

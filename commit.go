@@ -319,16 +319,23 @@ func (db *DB) gather() []*commitReq {
 	if q.mu.gathers++; q.mu.gathers%procsEvery == 1 {
 		q.mu.procs = runtime.GOMAXPROCS(0)
 	}
-	if q.mu.target > 1 && q.mu.procs == 1 {
+	if q.mu.procs == 1 {
 		// One P: a journal fdatasync holds it (the runtime hands a P in a
 		// system call to another thread only when its monitor notices,
 		// which for a short sync it mostly does not), so the writers
 		// answered last could not run during the sync and are all
 		// runnable now; a linger timer would take the first few and
-		// leave the rest to another sync. Yield to them until two whole
-		// rounds bring no new batch.
+		// leave the rest to another sync, and the next target would
+		// shrink with the group. Yield to them until a round brings no
+		// new batch (two rounds when the last group had company: one can
+		// miss a writer on its way). A lone writer yields once, to
+		// nobody.
+		rounds := 1
+		if q.mu.target > 1 {
+			rounds = 2
+		}
 		deadline := time.Now().Add(maxLinger)
-		for idle := 0; idle < 2 && time.Now().Before(deadline); {
+		for idle := 0; idle < rounds && time.Now().Before(deadline); {
 			n := len(q.mu.queue)
 			q.mu.Unlock()
 			runtime.Gosched()

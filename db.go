@@ -334,7 +334,7 @@ func (db *DB) Sync() error {
 		return err
 	}
 	// Deferred transactions are ordered before Sync: commit them first.
-	if err := db.flushDeferred(false); err != nil {
+	if err := db.syncDeferred(); err != nil {
 		return err
 	}
 	if err := db.j.Sync(); err != nil {

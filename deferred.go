@@ -48,6 +48,14 @@ type deferredQueue struct {
 	timer  *time.Timer
 	armed  bool
 	closed bool
+	// live counts the deferred transactions not yet finished (done not
+	// yet called), by the epoch they were deferred in; waitDeferred (Sync,
+	// Checkpoint) starts a new epoch and waits until the earlier ones have
+	// none left: a deferred transaction taken by a host (a writer, or the
+	// timer's flush) is finished by that host, not by Sync's own flush.
+	epoch uint64
+	live  map[uint64]int
+	idle  *sync.Cond // on the queue's mutex: an epoch's count reached 0
 }
 
 // Defer queues fn as a transaction in the user indexes; see
@@ -101,7 +109,18 @@ func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) 
 	if q.closed {
 		return ErrClosed
 	}
-	q.fns = append(q.fns, deferredTxn{prefix: prefix, fn: fn, done: done})
+	e := q.epoch
+	if q.live == nil {
+		q.live = map[uint64]int{}
+	}
+	q.live[e]++
+	finish := func(err error) {
+		if done != nil {
+			done(err)
+		}
+		db.deferFinished(e)
+	}
+	q.fns = append(q.fns, deferredTxn{prefix: prefix, fn: fn, done: finish})
 	q.queued.Store(int32(len(q.fns)))
 	if !q.armed {
 		q.armed = true
@@ -112,6 +131,67 @@ func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) 
 		}
 	}
 	return nil
+}
+
+// deferFinished counts one deferred transaction of epoch e finished (its
+// done called).
+func (db *DB) deferFinished(e uint64) {
+	q := &db.dq
+	q.Lock()
+	defer q.Unlock()
+	if q.live[e]--; q.live[e] <= 0 {
+		delete(q.live, e)
+		if q.idle != nil {
+			q.idle.Broadcast()
+		}
+	}
+}
+
+// syncDeferred runs the deferred transactions queued and waits until every
+// one deferred before the call is finished: applied (so written to the
+// journal, which the caller then syncs or checkpoints) or known never to
+// be. Those a host took already (a writer, or the timer's flush) are
+// finished by their host: without the wait, a Sync could return while
+// the timer's flush of a Defer made before it was still on its way to the
+// journal. Inside an Update's or a Submit's function it does nothing (the
+// function's own transaction may be the host).
+func (db *DB) syncDeferred() error {
+	if db.nested("flush") != nil {
+		return nil
+	}
+	q := &db.dq
+	q.Lock()
+	e := q.epoch
+	q.epoch++
+	q.Unlock()
+	if err := db.flushDeferred(false); err != nil {
+		return err
+	}
+	q.Lock()
+	defer q.Unlock()
+	if q.idle == nil {
+		q.idle = sync.NewCond(&q.Mutex)
+	}
+	for {
+		older := false
+		for k := range q.live {
+			older = older || k <= e
+		}
+		switch {
+		case !older:
+			return nil
+		case len(q.fns) > 0:
+			// Put back by a host whose transaction failed: run them.
+			q.Unlock()
+			err := db.flushDeferred(false)
+			q.Lock()
+			if err != nil {
+				return err
+			}
+		default:
+			q.idle.Wait()
+		}
+	}
 }
 
 // takeDeferred returns the deferred transactions queued and empties the
@@ -144,6 +224,9 @@ func (db *DB) requeueDeferred(fns []deferredTxn) {
 	}
 	q.fns = append(fns[:len(fns):len(fns)], q.fns...)
 	q.queued.Store(int32(len(q.fns)))
+	if q.idle != nil {
+		q.idle.Broadcast() // a Sync waiting for them runs them
+	}
 	q.Unlock()
 }
 

@@ -358,3 +358,107 @@ func TestDefer_DoneWhenNothingIsWritten(t *testing.T) {
 		t.Fatalf("done called %d times with nil, want 1", dc.ok.Load())
 	}
 }
+
+// A Sync called while the timer's flush is running a deferred transaction
+// (taken from the queue, so Sync's own flush finds nothing) waits for it:
+// when Sync returns, the transaction is applied, its done called, and its
+// writes survive a power loss. Before, Sync found the queue empty, synced
+// the journal without the transaction's batch and returned.
+func TestDefer_SyncWaitsForTheTimersFlush(t *testing.T) {
+	mem := vfs.NewMem()
+	db, err := kdb.Open("/db", &kdb.Options{FS: mem, CheckpointInterval: -1, SyncInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	var done atomic.Int64
+	if err := db.Defer(func(tx *kdb.Txn) error {
+		once.Do(func() { close(entered); <-release })
+		return tx.Put("d", []byte("k"), []byte("v"))
+	}, func(err error) {
+		if err == nil {
+			done.Add(1)
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	<-entered // the timer's flush runs it, and waits
+	synced := make(chan error, 1)
+	go func() { synced <- db.Sync() }()
+	select {
+	case err := <-synced:
+		close(release)
+		t.Fatalf("Sync returned (%v) while the deferred transaction before it had not run", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	if done.Load() != 1 {
+		t.Fatalf("Sync returned before the deferred transaction's done (%d calls)", done.Load())
+	}
+	img := mem.CrashClone(vfs.CrashOptions{})
+	db2, err := kdb.Open("/db", &kdb.Options{FS: img, CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	if v, err := db2.Get("d", []byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("after Sync and a power loss: %q %v, want the deferred write", v, err)
+	}
+}
+
+// The same when a writer took the deferred transaction into its own
+// (a Submit whose function has not returned yet): Sync waits for that
+// writer's commit.
+func TestDefer_SyncWaitsForItsHost(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem(), CheckpointInterval: -1, SyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var done atomic.Int64
+	if err := db.Defer(func(tx *kdb.Txn) error { return tx.Put("d", []byte("k"), []byte("v")) },
+		func(err error) {
+			if err == nil {
+				done.Add(1)
+			}
+		}); err != nil {
+		t.Fatal(err)
+	}
+	entered, release := make(chan struct{}), make(chan struct{})
+	hosted := make(chan error, 1)
+	go func() {
+		c, err := db.Submit(func(tx *kdb.Txn) error {
+			close(entered)
+			<-release
+			return tx.Put("h", []byte("k"), []byte("v"))
+		})
+		if err == nil {
+			err = c.Wait()
+		}
+		hosted <- err
+	}()
+	<-entered // the deferred transaction has joined the Submit's
+	synced := make(chan error, 1)
+	go func() { synced <- db.Sync() }()
+	select {
+	case err := <-synced:
+		close(release)
+		t.Fatalf("Sync returned (%v) while the deferred transaction before it was in a commit not yet made", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	if err := <-synced; err != nil {
+		t.Fatal(err)
+	}
+	if done.Load() != 1 {
+		t.Fatalf("Sync returned before the deferred transaction's done (%d calls)", done.Load())
+	}
+	if err := <-hosted; err != nil {
+		t.Fatal(err)
+	}
+}

@@ -118,8 +118,11 @@ m unsynced-records-unreadable journal/reader.go \
 
 # ---- Deferred transactions (deferred.go) and the broker's AckAsync.
 m defer-sync-skips-deferred db.go \
-  $'\tif err := db.flushDeferred(false); err != nil {\n\t\treturn err\n\t}\n\tif err := db.j.Sync(); err != nil {' $'\tif err := db.j.Sync(); err != nil {' \
+  $'\tif err := db.syncDeferred(); err != nil {\n\t\treturn err\n\t}\n\tif err := db.j.Sync(); err != nil {' $'\tif err := db.j.Sync(); err != nil {' \
   '. ./broker' "Sync does not commit the deferred transactions first: an AckAsync followed by Sync is not durable"
+m sync-ignores-taken-deferred deferred.go \
+  'case !older:' 'case true:' \
+  '. ./broker' "Sync does not wait for the deferred transactions a writer or the timer took before it: it can return before their batch reaches the journal"
 m defer-dropped-with-failed-host ordered.go \
   'db.requeueDeferred(tx.unfolded())' '_ = tx.unfolded()' \
   '. ./broker' "a deferred transaction that joined a failing transaction is dropped, not run with the next one (an AckAsync is lost in a live process)"
