@@ -96,6 +96,9 @@ type commitQueue struct {
 		// takes the scheduler's lock; a program may change it).
 		procs   int
 		gathers uint64
+		// noYieldUntil: a yield ran another goroutine for a time slice;
+		// until then a leader on one P does not yield.
+		noYieldUntil time.Time
 	}
 	ap struct {
 		sync.Mutex
@@ -319,7 +322,7 @@ func (db *DB) gather() []*commitReq {
 	if q.mu.gathers++; q.mu.gathers%procsEvery == 1 {
 		q.mu.procs = runtime.GOMAXPROCS(0)
 	}
-	if q.mu.procs == 1 {
+	if q.mu.procs == 1 && !time.Now().Before(q.mu.noYieldUntil) {
 		// One P: a journal fdatasync holds it (the runtime hands a P in a
 		// system call to another thread only when its monitor notices,
 		// which for a short sync it mostly does not), so the writers
@@ -329,7 +332,10 @@ func (db *DB) gather() []*commitReq {
 		// shrink with the group. Yield to them until a round brings no
 		// new batch (two rounds when the last group had company: one can
 		// miss a writer on its way). A lone writer yields once, to
-		// nobody.
+		// nobody. A round that takes longer than yieldSlow ran some
+		// other goroutine of the program for a whole time slice (a
+		// CPU-bound one is preempted only after 10 ms): the leader then
+		// stops yielding for noYieldFor, and lingers as with more Ps.
 		rounds := 1
 		if q.mu.target > 1 {
 			rounds = 2
@@ -338,8 +344,14 @@ func (db *DB) gather() []*commitReq {
 		for idle := 0; idle < rounds && time.Now().Before(deadline); {
 			n := len(q.mu.queue)
 			q.mu.Unlock()
+			t0 := time.Now()
 			runtime.Gosched()
+			slow := time.Since(t0) > yieldSlow
 			q.mu.Lock()
+			if slow {
+				q.mu.noYieldUntil = time.Now().Add(noYieldFor)
+				break
+			}
 			if len(q.mu.queue) == n {
 				idle++
 			} else {
@@ -388,6 +400,16 @@ func (db *DB) gather() []*commitReq {
 
 // procsEvery is how often (in groups) gather reads GOMAXPROCS.
 const procsEvery = 64
+
+// yieldSlow and noYieldFor: a yield round slower than yieldSlow (a round
+// of writers building their transactions takes tens to hundreds of µs, a
+// CPU-bound goroutine keeps the P for 10 ms) stops a leader on one P from
+// yielding for noYieldFor, so that such a goroutine costs a writer one
+// time slice a second rather than one per commit.
+const (
+	yieldSlow  = 5 * time.Millisecond
+	noYieldFor = time.Second
+)
 
 // maxLinger bounds how long a leader waits for more writers (the linger is
 // also at most half a commit); it matters only when a commit is slow (a
