@@ -385,21 +385,7 @@ func TestDefer_SyncWaitsForTheTimersFlush(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-entered // the timer's flush runs it, and waits
-	synced := make(chan error, 1)
-	go func() { synced <- db.Sync() }()
-	select {
-	case err := <-synced:
-		close(release)
-		t.Fatalf("Sync returned (%v) while the deferred transaction before it had not run", err)
-	case <-time.After(50 * time.Millisecond):
-	}
-	close(release)
-	if err := <-synced; err != nil {
-		t.Fatal(err)
-	}
-	if done.Load() != 1 {
-		t.Fatalf("Sync returned before the deferred transaction's done (%d calls)", done.Load())
-	}
+	syncWaitsFor(t, db, release, &done, "had not run")
 	img := mem.CrashClone(vfs.CrashOptions{})
 	db2, err := kdb.Open("/db", &kdb.Options{FS: img, CheckpointInterval: -1})
 	if err != nil {
@@ -443,12 +429,23 @@ func TestDefer_SyncWaitsForItsHost(t *testing.T) {
 		hosted <- err
 	}()
 	<-entered // the deferred transaction has joined the Submit's
+	syncWaitsFor(t, db, release, &done, "was in a commit not yet made")
+	if err := <-hosted; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// syncWaitsFor calls Sync while a deferred transaction is held back
+// (closing release lets it go): Sync must not return before, and must then
+// return nil with the transaction's done called once.
+func syncWaitsFor(t *testing.T, db *kdb.DB, release chan struct{}, done *atomic.Int64, held string) {
+	t.Helper()
 	synced := make(chan error, 1)
 	go func() { synced <- db.Sync() }()
 	select {
 	case err := <-synced:
 		close(release)
-		t.Fatalf("Sync returned (%v) while the deferred transaction before it was in a commit not yet made", err)
+		t.Fatalf("Sync returned (%v) while the deferred transaction before it %s", err, held)
 	case <-time.After(50 * time.Millisecond):
 	}
 	close(release)
@@ -457,8 +454,5 @@ func TestDefer_SyncWaitsForItsHost(t *testing.T) {
 	}
 	if done.Load() != 1 {
 		t.Fatalf("Sync returned before the deferred transaction's done (%d calls)", done.Load())
-	}
-	if err := <-hosted; err != nil {
-		t.Fatal(err)
 	}
 }
