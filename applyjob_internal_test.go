@@ -3,6 +3,7 @@ package kdb
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -168,5 +169,60 @@ func TestApplyJob_FailedSyncNeverSeen(t *testing.T) {
 	}
 	if err := db.Close(); !errors.Is(err, ErrFailed) {
 		t.Fatalf("Close: %v, want ErrFailed", err)
+	}
+}
+
+// With one P the follower applies its group before the leader's fdatasync
+// (the leader yields to it once journal.Write has started the group's
+// write-back), not after it: the sync holds the only P, so an apply left
+// for the follower would otherwise wait for the whole sync and then run
+// alone. Checked at each journal sync: the last group handed to a
+// follower is applied already.
+func TestApplyJob_OnePAppliesBeforeTheSync(t *testing.T) {
+	prev := runtime.GOMAXPROCS(1)
+	defer runtime.GOMAXPROCS(prev)
+	var db atomic.Pointer[DB]
+	var lastHanded, withJob, appliedBefore atomic.Int64
+	hook := func(e vfs.Event) error {
+		d := db.Load()
+		if e.Op != vfs.OpSync || !strings.Contains(e.Path, ".log") || d == nil {
+			return nil
+		}
+		h, a := int64(d.cq.jobsHanded.Load()), int64(d.cq.jobsApplied.Load())
+		if h > lastHanded.Swap(h) {
+			withJob.Add(1)
+			if a == h {
+				appliedBefore.Add(1)
+			}
+		}
+		// A fast disk's fdatasync: a blocking system call.
+		ts := syscall.NsecToTimespec(int64(100 * time.Microsecond))
+		for syscall.Nanosleep(&ts, &ts) == syscall.EINTR {
+		}
+		return nil
+	}
+	d, err := Open("/db", &Options{FS: vfs.Intercept(vfs.NewMem(), hook), CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	db.Store(d)
+	var wg sync.WaitGroup
+	for w := range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 100 {
+				if err := d.Put("t", fmt.Appendf(nil, "%02d-%03d", w, i), []byte("v")); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	t.Logf("%d of %d syncs of a group a follower applies came after its apply", appliedBefore.Load(), withJob.Load())
+	if withJob.Load() < 20 || appliedBefore.Load() < withJob.Load()*9/10 {
+		t.Fatalf("%d of %d syncs of a group a follower applies came after its apply", appliedBefore.Load(), withJob.Load())
 	}
 }

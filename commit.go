@@ -108,6 +108,8 @@ type commitQueue struct {
 	// jobsApplied counts the groups applied by an applyJob before their
 	// sync ended (tests check the path runs).
 	jobsApplied atomic.Uint64
+	// jobsHanded counts the groups handed to a follower (tests).
+	jobsHanded atomic.Uint64
 	// async: a timer that syncs the journal within SyncInterval of an
 	// unsynced AckAsync group.
 	async struct {
@@ -257,6 +259,7 @@ func (db *DB) lead() {
 		q.mu.written++
 		seq = q.mu.written
 	}
+	oneP := q.mu.procs == 1 && !time.Now().Before(q.mu.noYieldUntil)
 	q.mu.Unlock()
 	var job *applyJob
 	if err == nil && db.opts.Sync == SyncAlways {
@@ -268,6 +271,15 @@ func (db *DB) lead() {
 			db.syncAsyncWithin()
 		} else {
 			job = handApply(seq, group, locs)
+			if job != nil {
+				q.jobsHanded.Add(1)
+			}
+			if job != nil && oneP {
+				// One P: the follower could not apply while the sync
+				// holds the P. It applies now, while the device writes
+				// the group (journal.Write started its write-back).
+				q.yield()
+			}
 			if serr := db.j.SyncTo(end); serr != nil {
 				err = db.fail(serr)
 			}
@@ -344,12 +356,9 @@ func (db *DB) gather() []*commitReq {
 		for idle := 0; idle < rounds && time.Now().Before(deadline); {
 			n := len(q.mu.queue)
 			q.mu.Unlock()
-			t0 := time.Now()
-			runtime.Gosched()
-			slow := time.Since(t0) > yieldSlow
+			slow := !q.yield()
 			q.mu.Lock()
 			if slow {
-				q.mu.noYieldUntil = time.Now().Add(noYieldFor)
 				break
 			}
 			if len(q.mu.queue) == n {
@@ -396,6 +405,22 @@ func (db *DB) gather() []*commitReq {
 		q.mu.queue = q.mu.queue[:0:0]
 	}
 	return group
+}
+
+// yield lets the other runnable goroutines run (a leader on one P) and
+// reports whether that was quick: a round slower than yieldSlow ran some
+// goroutine for a whole time slice, and stops the leaders' yields for
+// noYieldFor. The caller does not hold q.mu.
+func (q *commitQueue) yield() bool {
+	t0 := time.Now()
+	runtime.Gosched()
+	if time.Since(t0) <= yieldSlow {
+		return true
+	}
+	q.mu.Lock()
+	q.mu.noYieldUntil = time.Now().Add(noYieldFor)
+	q.mu.Unlock()
+	return false
 }
 
 // procsEvery is how often (in groups) gather reads GOMAXPROCS.

@@ -226,6 +226,14 @@ type timedFile struct {
 	t *syncTimer
 }
 
+// StartWriteback passes the journal's hint on to the file below.
+func (f *timedFile) StartWriteback(off, n int64) error {
+	if ws, ok := f.File.(vfs.WritebackStarter); ok {
+		return ws.StartWriteback(off, n)
+	}
+	return nil
+}
+
 func (f *timedFile) Sync() error {
 	start := time.Now()
 	var err error

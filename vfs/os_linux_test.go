@@ -97,3 +97,26 @@ func TestOS_SyncDirErrors(t *testing.T) {
 		t.Fatalf("SyncDir on a file: %v, want ENOTDIR", err)
 	}
 }
+
+// On Linux an OS file starts a range's write-back on request
+// (sync_file_range), for the journal's hint before its fdatasync.
+func TestOS_StartWriteback(t *testing.T) {
+	f, err := OS.OpenFile(filepath.Join(t.TempDir(), "f"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(make([]byte, 8192), 0); err != nil {
+		t.Fatal(err)
+	}
+	ws, ok := f.(WritebackStarter)
+	if !ok {
+		t.Fatalf("%T is not a WritebackStarter", f)
+	}
+	if err := ws.StartWriteback(0, 8192); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -98,6 +98,16 @@ type Locker interface {
 	Close() error
 }
 
+// WritebackStarter is implemented by files that can start writing a range
+// of their data back to the device without waiting for it (Linux:
+// sync_file_range with SYNC_FILE_RANGE_WRITE only). It makes nothing
+// durable and consumes no write-back error (the next Sync reports those):
+// a hint that lets the device work while the caller does something else
+// before its Sync.
+type WritebackStarter interface {
+	StartWriteback(off, n int64) error
+}
+
 // File is an open file.
 //
 // ReadAt, WriteAt and Mmap'd reads may run concurrently with each other on
