@@ -49,7 +49,7 @@ type deferredQueue struct {
 	armed  bool
 	closed bool
 	// live counts the deferred transactions not yet finished (done not
-	// yet called), by the epoch they were deferred in; waitDeferred (Sync,
+	// yet called), by the epoch they were deferred in; syncDeferred (Sync,
 	// Checkpoint) starts a new epoch and waits until the earlier ones have
 	// none left: a deferred transaction taken by a host (a writer, or the
 	// timer's flush) is finished by that host, not by Sync's own flush.
