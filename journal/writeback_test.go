@@ -35,10 +35,23 @@ func (f *wbFile) StartWriteback(off, n int64) error {
 	return nil
 }
 
-// Each batch's write starts the write-back of exactly the bytes it wrote
-// (so that the device works while the caller prepares its SyncTo), on a
-// file that can; on the OS, a Linux file can.
+// Under SyncAlways each batch's write starts the write-back of exactly the
+// bytes it wrote (so that the device works while the caller prepares its
+// SyncTo), on a file that can; on the OS, a Linux file can. Under the
+// other policies, where no fdatasync follows each write, it does not.
 func TestWrite_StartsWriteback(t *testing.T) {
+	lazy := &wbFS{FS: vfs.NewMem()}
+	jl, _, err := Open("/j", Options{FS: lazy, Sync: SyncInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := jl.Write(Record{Type: 1, Payload: make([]byte, 100)}); err != nil {
+		t.Fatal(err)
+	}
+	jl.Close()
+	if len(lazy.calls) != 0 {
+		t.Fatalf("under SyncInterval a write started write-back %d times", len(lazy.calls))
+	}
 	fs := &wbFS{FS: vfs.NewMem()}
 	j, _, err := Open("/j", Options{FS: fs})
 	if err != nil {

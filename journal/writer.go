@@ -234,15 +234,15 @@ func (j *Journal) writeBuf(start int64) error {
 		j.mu.stats.Bytes += int64(len(w.buf))
 	}
 	j.mu.Unlock()
-	if err == nil {
-		if ws, ok := w.seg.f.(vfs.WritebackStarter); ok {
-			// The device writes the records while the caller works
-			// before its SyncTo (the database applies the group): the
-			// fdatasync then waits for less. A hint only: an error here
-			// (an unsupported file system; an I/O error, which the
-			// fdatasync reports anyway) changes nothing.
-			_ = ws.StartWriteback(start, int64(len(w.buf)))
-		}
+	if ws, ok := w.seg.f.(vfs.WritebackStarter); ok && err == nil && j.opts.Sync == SyncAlways {
+		// The device writes the records while the caller works before
+		// its SyncTo (the database applies the group): the fdatasync
+		// then waits for less. Only where an fdatasync follows each
+		// write: under the other policies the page cache may gather
+		// writes first. A hint only: an error here (an unsupported file
+		// system; an I/O error, which the fdatasync reports anyway)
+		// changes nothing.
+		_ = ws.StartWriteback(start, int64(len(w.buf)))
 	}
 	w.buf = w.buf[:0]
 	if err != nil {
