@@ -68,6 +68,33 @@ func TestOS_LockErrorNamesPath(t *testing.T) {
 	}
 }
 
+// TestOS_UnlockWithACopyOpen: a child forked while the store is open holds
+// a copy of the lock's descriptor until its exec; Close must release the
+// lock even then, or a reopen right after Close fails with ErrLocked.
+func TestOS_UnlockWithACopyOpen(t *testing.T) {
+	name := filepath.Join(t.TempDir(), "lock")
+	l, err := OS.Lock(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var copyFD int
+	err = control(l.(*osLock).f, func(fd int) error {
+		var derr error
+		copyFD, derr = syscall.Dup(fd) // what a fork leaves in the child
+		return derr
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(copyFD)
+	mustClose(t, l)
+	l2, err := OS.Lock(name)
+	if err != nil {
+		t.Fatalf("Lock after Close, with a copy of the old descriptor open: %v", err)
+	}
+	mustClose(t, l2)
+}
+
 func TestOS_WriteErrorIsSticky(t *testing.T) {
 	name := filepath.Join(t.TempDir(), "f")
 	mustClose(t, mustOpen(t, OS, name, os.O_RDWR|os.O_CREATE))

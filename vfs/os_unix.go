@@ -134,13 +134,27 @@ type osLock struct {
 	err  error
 }
 
-// Close releases the lock by closing its file description.
+// Close releases the lock with flock(LOCK_UN) and then closes the file.
+// Closing alone is not enough: a child forked by any goroutine of this
+// process holds a copy of the descriptor until its exec closes it, and
+// the flock lives as long as any copy of the open file description does,
+// so a reopen right after Close would find the store locked "by another
+// process". LOCK_UN releases the lock for every copy at once.
 func (l *osLock) Close() error {
 	l.once.Do(func() {
 		heldLocks.Lock()
 		defer heldLocks.Unlock()
 		delete(heldLocks.m, l.key)
-		l.err = l.f.Close()
+		err := control(l.f, func(fd int) error {
+			return retryEINTR(func() error { return unix.Flock(fd, unix.LOCK_UN) })
+		})
+		if err != nil {
+			err = &fs.PathError{Op: "flock", Path: l.f.Name(), Err: err}
+		}
+		if cerr := l.f.Close(); err == nil {
+			err = cerr
+		}
+		l.err = err
 	})
 	return l.err
 }
