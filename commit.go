@@ -344,10 +344,11 @@ func (db *DB) gather() []*commitReq {
 		// shrink with the group. Yield to them until a round brings no
 		// new batch (two rounds when the last group had company: one can
 		// miss a writer on its way). A lone writer yields once, to
-		// nobody. A round that takes longer than yieldSlow ran some
-		// other goroutine of the program for a whole time slice (a
-		// CPU-bound one is preempted only after 10 ms): the leader then
-		// stops yielding for noYieldFor, and lingers as with more Ps.
+		// nobody. A round, and the one yield after it, that take longer
+		// than yieldSlow each ran some other goroutine of the program for
+		// a whole time slice (a CPU-bound one is preempted only after
+		// 10 ms; see yield): the leader then stops yielding for
+		// noYieldFor, and lingers as with more Ps.
 		rounds := 1
 		if q.mu.target > 1 {
 			rounds = 2
@@ -408,13 +409,23 @@ func (db *DB) gather() []*commitReq {
 }
 
 // yield lets the other runnable goroutines run (a leader on one P) and
-// reports whether that was quick: a round slower than yieldSlow ran some
-// goroutine for a whole time slice, and stops the leaders' yields for
+// reports whether that was quick. A round slower than yieldSlow either ran
+// some goroutine of the program for a whole time slice (a CPU-bound one,
+// which the runtime preempts only after 10 ms), or the OS took the thread
+// away meanwhile (another process, a container's CPU quota), which no
+// yield is to blame for. A second yield tells them apart: the CPU-bound
+// goroutine takes another time slice, while after a round of writers
+// nobody is left to run. Only then are the leaders' yields stopped for
 // noYieldFor. The caller does not hold q.mu.
 func (q *commitQueue) yield() bool {
 	t0 := time.Now()
-	runtime.Gosched()
+	gosched()
 	if time.Since(t0) <= yieldSlow {
+		return true
+	}
+	t1 := time.Now()
+	gosched()
+	if time.Since(t1) <= yieldSlow {
 		return true
 	}
 	q.mu.Lock()
@@ -423,14 +434,28 @@ func (q *commitQueue) yield() bool {
 	return false
 }
 
+// gosched is runtime.Gosched, and then testHookYielded if a test set it.
+func gosched() {
+	runtime.Gosched()
+	if testHookYielded != nil {
+		testHookYielded()
+	}
+}
+
+// testHookYielded, if set (by tests only), runs after each Gosched of a
+// leader's yield: a test stalls it there, as the OS descheduling the
+// thread would.
+var testHookYielded func()
+
 // procsEvery is how often (in groups) gather reads GOMAXPROCS.
 const procsEvery = 64
 
-// yieldSlow and noYieldFor: a yield round slower than yieldSlow (a round
-// of writers building their transactions takes tens to hundreds of µs, a
-// CPU-bound goroutine keeps the P for 10 ms) stops a leader on one P from
-// yielding for noYieldFor, so that such a goroutine costs a writer one
-// time slice a second rather than one per commit.
+// yieldSlow and noYieldFor: a yield round slower than yieldSlow, and the
+// yield after it too (a round of writers building their transactions takes
+// tens to hundreds of µs, a CPU-bound goroutine keeps the P for 10 ms),
+// stops a leader on one P from yielding for noYieldFor, so that such a
+// goroutine costs a writer two time slices a second rather than one per
+// commit.
 const (
 	yieldSlow  = 5 * time.Millisecond
 	noYieldFor = time.Second
