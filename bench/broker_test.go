@@ -196,6 +196,7 @@ func benchBrokerPairs(b *testing.B, producers int, async bool) {
 		ack = br.AckAsync
 	}
 	fs0, ck0 := db.Stats().JournalFsyncs, db.Stats().Checkpoints
+	g0 := db.Stats()
 	sync0 := st.ns.Load()
 	b.SetBytes(1024)
 	var failed atomic.Value
@@ -224,6 +225,7 @@ func benchBrokerPairs(b *testing.B, producers int, async bool) {
 	b.ReportMetric(float64(db.Stats().Checkpoints-ck0)/float64(b.N), "checkpoints/pair")
 	b.ReportMetric(floor, "floor-fsyncs/s")
 	b.ReportMetric(pairs/floor, "pairs-per-floor-fsync")
+	reportGroups(b, g0, db.Stats())
 	if producers == 1 {
 		// What a pair costs besides the fdatasyncs it waits for.
 		b.ReportMetric(float64(el-time.Duration(st.ns.Load()-sync0))/float64(b.N)/1e3, "non-fsync-µs/pair")
@@ -242,6 +244,7 @@ func BenchmarkBrokerNoSync(b *testing.B) {
 			body := make([]byte, 1024)
 			var id atomic.Int64
 			b.ReportAllocs()
+			g0 := db.Stats()
 			b.ResetTimer()
 			cpu0 := cpuTime(b)
 			start := time.Now()
@@ -253,10 +256,19 @@ func BenchmarkBrokerNoSync(b *testing.B) {
 			b.StopTimer()
 			b.ReportMetric(float64(b.N)/el.Seconds(), "pairs/s")
 			b.ReportMetric(float64(cpu)/float64(b.N)/1e3, "cpu-µs/pair")
+			reportGroups(b, g0, db.Stats())
 			if d, err := br.Destination(broker.Queue, "bench"); err != nil || d.Count != 0 {
 				b.Fatal(errors.Join(err, fmt.Errorf("left %+v", d)))
 			}
 			_ = db
 		})
+	}
+}
+
+// reportGroups reports how many batches (transactions) the commit leaders'
+// groups carried on average between two Stats.
+func reportGroups(b *testing.B, s0, s1 kdb.Stats) {
+	if g := s1.Commits - s0.Commits; g > 0 {
+		b.ReportMetric(float64(s1.Batches-s0.Batches)/float64(g), "batches/group")
 	}
 }

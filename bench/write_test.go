@@ -96,6 +96,7 @@ func BenchmarkWrite(b *testing.B) {
 			b.ReportMetric(float64(b.N)/el.Seconds(), "ops/s")
 			b.ReportMetric(float64(stats.JournalFsyncs-st0.JournalFsyncs)/float64(b.N), "journal-fsyncs/op")
 			b.ReportMetric(float64(stats.Checkpoints-st0.Checkpoints)/float64(b.N), "checkpoints/op")
+			reportGroups(b, st0, stats)
 			if writers == 1 {
 				// What a put costs besides the fdatasync it waits for.
 				b.ReportMetric(float64(puts-time.Duration(st.ns.Load()-sync0))/float64(b.N)/1e3, "non-fsync-µs/op")
