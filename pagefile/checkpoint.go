@@ -276,7 +276,12 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, redoDirSync bool) (*v
 	}
 	b := f.newBatch(cp, meta)
 	positions := b.positions
-	buf := make([]byte, max(ps, batchChunk/ps*ps))
+	// At most batchChunk bytes, and no more than this checkpoint's images
+	// need; kept for the next one.
+	if n := min(max(ps, batchChunk/ps*ps), len(positions)*ps); len(f.ckBuf) < n {
+		f.ckBuf = make([]byte, n)
+	}
+	buf := f.ckBuf
 	head := encodeRedoHead(f.storeID, meta.ID, ps, meta.PageCount, positions)
 	if _, err := f.redo.WriteAt(head, 0); err != nil {
 		return nil, fmt.Errorf("pagefile: write %s: %w", f.redoName, err)

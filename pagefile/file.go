@@ -53,6 +53,10 @@ type File struct {
 	redo     vfs.File // nil when ReadOnly
 
 	commitMu sync.Mutex // serializes CommitCheckpoint and Close
+	// ckBuf is writeCheckpoint's buffer of encoded page images, kept from
+	// one checkpoint to the next (under commitMu): a fresh megabyte per
+	// checkpoint made the collector run more often for every writer.
+	ckBuf []byte
 
 	// dataSize is the size of db.data. Written only under commitMu (and
 	// at Open).
