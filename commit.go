@@ -307,6 +307,12 @@ func (db *DB) lead() {
 	}
 	db.settled(group)
 	for _, r := range group {
+		// Applied (or failed): nothing reads the operations again (the
+		// overlay and the mem tables hold the keys and values, not the
+		// ops), and their writers took them from opArrays or gave them
+		// away (own).
+		recycleOps(r.ops)
+		r.ops = nil
 		r.err = err
 		if !r.lead {
 			r.done <- struct{}{}

@@ -469,14 +469,14 @@ func (db *DB) write(b *Batch, own bool) error {
 
 // Put sets key to value in the named index. On return it is durable.
 func (db *DB) Put(index string, key, value []byte) error {
-	b := Batch{ops: make([]op, 0, 1)} // one op: not the 8 a batch starts with
+	b := Batch{pooled: true}
 	b.Put(index, key, value)
 	return db.write(&b, true)
 }
 
 // Delete removes key from the named index. On return it is durable.
 func (db *DB) Delete(index string, key []byte) error {
-	b := Batch{ops: make([]op, 0, 1)}
+	b := Batch{pooled: true}
 	b.Delete(index, key)
 	return db.write(&b, true)
 }
@@ -489,8 +489,12 @@ func (db *DB) encode(ops []op, own bool) (*commitReq, error) {
 	req := &commitReq{ops: ops, done: make(chan struct{}, 1)}
 	req.recs = req.recBuf[:0]
 	if !own {
-		req.ops = make([]op, len(ops))
-		copy(req.ops, ops)
+		if len(ops) <= pooledOps {
+			req.ops = append(newOps(), ops...)
+		} else {
+			req.ops = make([]op, len(ops))
+			copy(req.ops, ops)
+		}
 	}
 	nvals := 0
 	for i := range req.ops {

@@ -336,7 +336,7 @@ func (db *DB) runDeferred(fns []deferredTxn, async bool) []*commitReq {
 	var reqs []*commitReq
 	for i, d := range fns {
 		db.cleanup()
-		tx := &Txn{db: db, prefix: d.prefix, ordered: true}
+		tx := &Txn{db: db, prefix: d.prefix, ordered: true, b: Batch{pooled: true}}
 		err := db.runTxn(tx, d.fn)
 		if err == nil && len(tx.b.ops) == 0 {
 			if d.done != nil {

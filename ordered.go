@@ -291,7 +291,7 @@ func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) 
 	tc := &struct {
 		tx Txn
 		c  Commit
-	}{tx: Txn{db: db, prefix: prefix, ordered: true}, c: Commit{db: db}}
+	}{tx: Txn{db: db, prefix: prefix, ordered: true, b: Batch{pooled: true}}, c: Commit{db: db}}
 	tx, c := &tc.tx, &tc.c
 	// The deferred transactions run first: in this transaction when they
 	// are in its namespace, else each as a batch of its own queued before

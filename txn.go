@@ -66,7 +66,7 @@ func (db *DB) update(prefix string, fn func(tx *Txn) error) error {
 	// writeMu excludes new writers; wait for the ordered commits still in
 	// flight, so that fn's snapshot holds everything.
 	db.drain()
-	tx := &Txn{db: db, prefix: prefix}
+	tx := &Txn{db: db, prefix: prefix, b: Batch{pooled: true}}
 	if err := db.runTxn(tx, fn); err != nil {
 		return err
 	}
