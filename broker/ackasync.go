@@ -117,44 +117,45 @@ func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 // checkAcks returns the id of the queue and checks that each of seqs is
 // in the store and not acked by an AckAsync on its way. The caller holds
 // b.acks.mu.
+//
+// Its reads are point reads (Namespace.Get, which allocates no Snapshot),
+// not one View: a queue deleted and created again between the first and a
+// later read only makes the ack a no-op, which ackDeferred's check of the
+// id makes it anyway; a message removed in between is ErrNotFound, as if
+// the removal came first.
 func (b *Broker) checkAcks(kind DestKind, dest string, seqs []uint64) (uint64, error) {
-	var id uint64
-	err := b.ns.View(func(s *kdb.Snapshot) error {
-		var kb [64]byte
-		key := append(append(kb[:0], byte(kind)), dest...)
-		v, err := s.Get(destsTree, key)
-		if errors.Is(err, kdb.ErrNotFound) {
-			return fmt.Errorf("%w: %s %q", kdb.ErrNotFound, kind, dest)
+	var kb [64]byte
+	key := append(append(kb[:0], byte(kind)), dest...)
+	v, err := b.ns.Get(destsTree, key)
+	if errors.Is(err, kdb.ErrNotFound) {
+		return 0, fmt.Errorf("%w: %s %q", kdb.ErrNotFound, kind, dest)
+	}
+	if err != nil {
+		return 0, err
+	}
+	var d destRec
+	if err := d.decode(key, v); err != nil {
+		return 0, err
+	}
+	ht := idTree(hdrPrefix, d.id)
+	for i, seq := range seqs {
+		_, acked := b.acks.pending[ackKey{d.id, seq}]
+		for _, o := range seqs[:i] {
+			acked = acked || o == seq
 		}
-		if err != nil {
-			return err
+		if acked {
+			return 0, fmt.Errorf("%w: message %d", kdb.ErrNotFound, seq)
 		}
-		var d destRec
-		if err := d.decode(key, v); err != nil {
-			return err
-		}
-		ht := idTree(hdrPrefix, d.id)
-		for i, seq := range seqs {
-			_, acked := b.acks.pending[ackKey{d.id, seq}]
-			for _, o := range seqs[:i] {
-				acked = acked || o == seq
+		var sk [8]byte
+		binary.BigEndian.PutUint64(sk[:], seq)
+		if _, err := b.ns.Get(ht, sk[:]); err != nil {
+			if errors.Is(err, kdb.ErrNotFound) {
+				return 0, fmt.Errorf("%w: message %d", kdb.ErrNotFound, seq)
 			}
-			if acked {
-				return fmt.Errorf("%w: message %d", kdb.ErrNotFound, seq)
-			}
-			var sk [8]byte
-			binary.BigEndian.PutUint64(sk[:], seq)
-			if _, err := s.Get(ht, sk[:]); err != nil {
-				if errors.Is(err, kdb.ErrNotFound) {
-					return fmt.Errorf("%w: message %d", kdb.ErrNotFound, seq)
-				}
-				return err
-			}
+			return 0, err
 		}
-		id = d.id
-		return nil
-	})
-	return id, err
+	}
+	return d.id, nil
 }
 
 // ackDeferred is an AckAsync's transaction: it acks those of seqs still
