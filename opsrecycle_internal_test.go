@@ -46,7 +46,9 @@ func TestOps_RecycledArraysNeverShared(t *testing.T) {
 	}
 	defer db.Close()
 	const rounds = 150
-	val := func(w, i, j int) []byte { return []byte(fmt.Sprintf("w%d-i%d-j%d-%s", w, i, j, bytes.Repeat([]byte{'x'}, j))) }
+	val := func(w, i, j int) []byte {
+		return []byte(fmt.Sprintf("w%d-i%d-j%d-%s", w, i, j, bytes.Repeat([]byte{'x'}, j)))
+	}
 	key := func(w, i, j int) []byte { return []byte(fmt.Sprintf("%02d/%04d/%02d", w, i, j)) }
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
