@@ -226,8 +226,8 @@ func clone(b []byte) []byte {
 
 // opArrays recycles the operation arrays of the batches the commit path
 // owns (transactions', the copies of Write's batches, Put's and Delete's):
-// the leader returns each group's once the group is applied and answered
-// (recycleOps). At ~9 operations of 120 bytes, a broker transaction's
+// the leader returns each group's once the group is applied, as it answers
+// the group's writers (recycleOps). At ~9 operations of 120 bytes, a broker transaction's
 // slice was the largest of its allocations, and growing it from 8 to 16
 // operations made it twice.
 var opArrays = sync.Pool{New: func() any { return new([pooledOps]op) }}
