@@ -2,7 +2,6 @@ package kdb
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -50,6 +49,19 @@ func TestOps_RecycledArraysNeverShared(t *testing.T) {
 		return []byte(fmt.Sprintf("w%d-i%d-j%d-%s", w, i, j, bytes.Repeat([]byte{'x'}, j)))
 	}
 	key := func(w, i, j int) []byte { return []byte(fmt.Sprintf("%02d/%04d/%02d", w, i, j)) }
+	// writes is how many keys writer w writes in round i (its path is
+	// (w+i)%4: Submit, Put, Write, Update).
+	writes := func(w, i int) int {
+		switch (w + i) % 4 {
+		case 0:
+			return 1 + i%20 // one more than an array holds
+		case 2:
+			return 1 + i%17
+		case 3:
+			return 1 + i%3
+		}
+		return 1
+	}
 	var wg sync.WaitGroup
 	errs := make(chan error, 64)
 	for w := range 8 {
@@ -60,8 +72,8 @@ func TestOps_RecycledArraysNeverShared(t *testing.T) {
 			for i := range rounds {
 				var err error
 				switch (w + i) % 4 {
-				case 0: // an ordered transaction of up to 20 writes, one more than the array holds
-					n := 1 + i%20
+				case 0: // an ordered transaction
+					n := writes(w, i)
 					var c *Commit
 					c, err = db.Submit(func(tx *Txn) error {
 						if i > 0 {
@@ -85,18 +97,18 @@ func TestOps_RecycledArraysNeverShared(t *testing.T) {
 					err = db.Put("t", key(w, i, 0), val(w, i, 0))
 				case 2:
 					b.Reset()
-					for j := range 1 + i%17 {
+					for j := range writes(w, i) {
 						b.Put("t", key(w, i, j), val(w, i, j))
 					}
 					err = db.Write(b)
 					// Reused at once: Write's copy must not be this.
 					b.Reset()
-					for j := range 1 + i%17 {
+					for j := range writes(w, i) {
 						b.Put("t", key(w, i, j), []byte("not written"))
 					}
 				case 3:
 					err = db.Update(func(tx *Txn) error {
-						for j := range 1 + i%3 {
+						for j := range writes(w, i) {
 							if err := tx.Put("t", key(w, i, j), val(w, i, j)); err != nil {
 								return err
 							}
@@ -118,19 +130,10 @@ func TestOps_RecycledArraysNeverShared(t *testing.T) {
 	}
 	for w := range 8 {
 		for i := range rounds {
-			n := 1
-			switch (w + i) % 4 {
-			case 0:
-				n = 1 + i%20
-			case 2:
-				n = 1 + i%17
-			case 3:
-				n = 1 + i%3
-			}
-			for j := range n {
+			for j := range writes(w, i) {
 				v, err := db.Get("t", key(w, i, j))
 				if err != nil || !bytes.Equal(v, val(w, i, j)) {
-					t.Fatalf("%s = %q, %v; want %q", key(w, i, j), v, errors.Join(err), val(w, i, j))
+					t.Fatalf("%s = %q, %v; want %q", key(w, i, j), v, err, val(w, i, j))
 				}
 			}
 		}
