@@ -116,15 +116,19 @@ func TestCluster_KillLeaderAndFollower(t *testing.T) {
 	followerKills++
 	deadline := time.Now().Add(90 * time.Second)
 	for {
+		// The leader's log must have been compacted past the follower's
+		// (raft records the snapshot a moment before it deletes the
+		// entries, and a new leader has its own snapshots): only then is
+		// the follower rebuilt from a snapshot rather than from the log.
 		s, err := c.status(l)
-		if err == nil && s.SnapshotIdx > fs.LastIndex+400 {
+		if err == nil && s.State == "Leader" && s.SnapshotIdx > fs.LastIndex+400 && s.FirstIndex > fs.LastIndex+1 {
 			break
 		}
-		if err != nil {
+		if err != nil || s.State != "Leader" {
 			l = c.leader(20 * time.Second)
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the leader took no snapshot past index %d within 90 s", fs.LastIndex+400)
+			t.Fatalf("the leader took no snapshot and compaction past index %d within 90 s", fs.LastIndex+400)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -108,6 +108,7 @@ type node struct {
 	start time.Time
 	open  time.Duration
 	log   interface{ Close() error }
+	logs  raft.LogStore
 }
 
 func (n *node) run(cfg nodeConfig) error {
@@ -191,6 +192,7 @@ func (n *node) run(cfg nodeConfig) error {
 			return err
 		}
 	}
+	n.logs = logs
 	r, err := raft.NewRaft(rc, n.fsm, logs, stable, snaps, trans)
 	if err != nil {
 		return err
@@ -294,6 +296,7 @@ type Status struct {
 	Leader      string  `json:"leader"`
 	Term        uint64  `json:"term"`
 	CommitIndex uint64  `json:"commit_index"`
+	FirstIndex  uint64  `json:"first_index"`
 	LastIndex   uint64  `json:"last_index"`
 	Applied     uint64  `json:"applied"`
 	SnapshotIdx uint64  `json:"last_snapshot_index"`
@@ -312,6 +315,7 @@ func (n *node) status(w http.ResponseWriter) {
 	fmt.Sscan(st["commit_index"], &s.CommitIndex)
 	fmt.Sscan(st["last_log_index"], &s.LastIndex)
 	fmt.Sscan(st["last_snapshot_index"], &s.SnapshotIdx)
+	s.FirstIndex, _ = n.logs.FirstIndex()
 	s.Applied = n.fsm.Applied()
 	s.Restores = n.fsm.Restores()
 	s.OpenSeconds = n.open.Seconds()
