@@ -171,11 +171,16 @@ func newMemTable() *memTable {
 	return t
 }
 
-func keyLess(tree, key string, n *memKey) bool {
-	if tree != n.tree {
-		return tree < n.tree
+func keyLess(tree, key string, n *memKey) bool { return n.cmp(tree, key) > 0 }
+
+// cmp compares n's (tree, key) with (tree, key): one three-way comparison
+// of the tree names (most neighbours share one) and then of the keys,
+// rather than a less-than and an equality test of the names at every step.
+func (n *memKey) cmp(tree, key string) int {
+	if c := strings.Compare(n.tree, tree); c != 0 {
+		return c
 	}
-	return key < n.key
+	return strings.Compare(n.key, key)
 }
 
 // seekGE returns the first node at or after (tree, key), or nil; with
@@ -195,7 +200,7 @@ func (t *memTable) seekGE(tree, key string, after bool) *memKey {
 				if keyLess(tree, key, n) {
 					break
 				}
-			} else if !(n.tree < tree || (n.tree == tree && n.key < key)) {
+			} else if n.cmp(tree, key) >= 0 {
 				break
 			}
 			x = n
@@ -214,11 +219,8 @@ func (t *memTable) seekLT(tree, key string, incl bool) *memKey {
 			if n == nil {
 				break
 			}
-			less := n.tree < tree || (n.tree == tree && n.key < key)
-			if incl {
-				less = less || (n.tree == tree && n.key == key)
-			}
-			if !less {
+			c := n.cmp(tree, key)
+			if c > 0 || (c == 0 && !incl) {
 				break
 			}
 			x = n
@@ -248,7 +250,7 @@ func (t *memTable) insertKey(tree, key string) *memKey {
 	for lvl := h - 1; lvl >= 0; lvl-- {
 		for {
 			n := x.next[lvl].Load()
-			if n == nil || !(n.tree < tree || (n.tree == tree && n.key < key)) {
+			if n == nil || n.cmp(tree, key) >= 0 {
 				break
 			}
 			x = n
@@ -291,7 +293,7 @@ func (t *memTable) removeKey(n *memKey) {
 	for lvl := int(t.height.Load()) - 1; lvl >= 0; lvl-- {
 		for {
 			m := x.next[lvl].Load()
-			if m == nil || m == n || !(m.tree < n.tree || (m.tree == n.tree && m.key < n.key)) {
+			if m == nil || m == n || m.cmp(n.tree, n.key) >= 0 {
 				break
 			}
 			x = m
