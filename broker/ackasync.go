@@ -173,14 +173,8 @@ func (w *bwrite) ackDeferred(kind DestKind, dest string, id uint64, seqs []uint6
 	if d.id != id {
 		return nil // deleted and created again: not the queue acked
 	}
-	ht := idTree(hdrPrefix, d.id)
 	for _, s := range seqs {
-		if _, ok, err := w.get(ht, seqKey(s)); err != nil {
-			return err
-		} else if !ok {
-			continue
-		}
-		if err := w.unrefMsg(d, s); err != nil {
+		if _, err := w.unrefIfThere(d, s); err != nil {
 			return err
 		}
 	}

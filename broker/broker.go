@@ -520,34 +520,42 @@ func decodeHdr(v []byte) (refs, size uint32, id []byte, err error) {
 	return binary.LittleEndian.Uint32(v), binary.LittleEndian.Uint32(v[4:]), v[8:], nil
 }
 
-// remove drops one reference to message seq; the last one removes it.
+// unrefMsg drops one reference to message seq; the last one removes it.
 func (w *bwrite) unrefMsg(d *destRec, seq uint64) error {
+	found, err := w.unrefIfThere(d, seq)
+	if err == nil && !found {
+		err = fmt.Errorf("%w: message %d", kdb.ErrNotFound, seq)
+	}
+	return err
+}
+
+// unrefIfThere is unrefMsg for a message that may be gone already: it
+// reports whether the message was there (one lookup of its header, for
+// the check and the removal both).
+func (w *bwrite) unrefIfThere(d *destRec, seq uint64) (bool, error) {
 	ht := idTree(hdrPrefix, d.id)
 	v, ok, err := w.get(ht, seqKey(seq))
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return fmt.Errorf("%w: message %d", kdb.ErrNotFound, seq)
+	if err != nil || !ok {
+		return false, err
 	}
 	refs, size, id, err := decodeHdr(v)
 	if err != nil {
-		return err
+		return true, err
 	}
 	if refs > 1 {
 		w.put(ht, seqKey(seq), encodeHdr(refs-1, size, string(id)))
-		return nil
+		return true, nil
 	}
 	w.del(idTree(msgPrefix, d.id), seqKey(seq))
 	w.del(ht, seqKey(seq))
 	w.del(idTree(idPrefix, d.id), bytes.Clone(id))
 	if d.count == 0 || d.nbytes < uint64(size) {
-		return fmt.Errorf("%w: broker destination %q: counts below zero", kdb.ErrCorrupt, d.key)
+		return true, fmt.Errorf("%w: broker destination %q: counts below zero", kdb.ErrCorrupt, d.key)
 	}
 	d.count--
 	d.nbytes -= uint64(size)
 	d.dirty = true
-	return nil
+	return true, nil
 }
 
 func (w *bwrite) ack(kind DestKind, dest string, seqs []uint64) error {
