@@ -70,7 +70,13 @@ type Options struct {
 	// verify such a segment whole. So the cost of Open follows the journal
 	// to replay, not the journal retained. If the frame at VerifyFrom is
 	// not a verifying batch end, its segment is verified from its start.
-	// Ignored with SkipDamaged. Default: the zero Location (verify all).
+	// The caller vouches that the journal was durable up to VerifyFrom
+	// (it recorded the position after a sync): a last segment that ends
+	// or is torn at or before it is ErrCorrupt, not a torn tail, and Open
+	// fails before it changes anything (with SkipDamaged such damage is
+	// listed and new records go to a new segment, after VerifyFrom).
+	// Verification from it is ignored with SkipDamaged. Default: the zero
+	// Location (verify all).
 	VerifyFrom Location
 	// Need is the range of segments the caller's state requires: its
 	// replay position's segment and the segments holding records it still

@@ -173,6 +173,11 @@ func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ er
 	var dl *deliverer
 	if j.opts.Deliver != nil {
 		dl = &deliverer{fn: j.opts.Deliver, from: j.opts.VerifyFrom}
+		if from := j.opts.VerifyFrom; !from.IsZero() && !j.opts.SkipDamaged && len(ids) > 0 && ids[len(ids)-1] < from.Segment {
+			// Refused before a torn tail of the last segment is cut: a
+			// failed Open changes nothing.
+			return nil, 0, fmt.Errorf("%w: %s: the replay position's segment is missing (the journal ends at %s)", ErrNotFound, from, ids[len(ids)-1])
+		}
 	}
 	for i, id := range ids {
 		if i > 0 && id != ids[i-1]+1 {
@@ -328,6 +333,11 @@ func (j *Journal) openFile(id SegmentID) (*segment, error) {
 	return &segment{id: id, name: name, f: f, last: -1}, nil
 }
 
+// shortSegment is the error for a segment file shorter than its header.
+func shortSegment(id SegmentID, size int64) error {
+	return fmt.Errorf("%w: %s@0: segment of %d bytes, shorter than its %d-byte header: the file was cut", ErrCorrupt, id, size, segHeaderSize)
+}
+
 // openUnverified opens a segment before Options.VerifyFrom, checking only
 // its header: its records are verified when first iterated.
 func (j *Journal) openUnverified(id SegmentID) (*segment, error) {
@@ -338,6 +348,9 @@ func (j *Journal) openUnverified(id SegmentID) (*segment, error) {
 	f := seg.f
 	hb := make([]byte, segHeaderSize)
 	size, err := f.Size()
+	if err == nil && size < segHeaderSize {
+		err = shortSegment(id, size)
+	}
 	if err == nil {
 		err = seg.readAt(hb, 0)
 	}
@@ -388,11 +401,17 @@ func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *Open
 	if herr == nil && h.id != id {
 		herr = fmt.Errorf("%w: %s@0: header names segment %d", ErrCorrupt, id, h.id)
 	}
+	if size < segHeaderSize {
+		// Creation preallocates and syncs a segment before naming it,
+		// and a torn tail is cut at a frame, after the header: a file
+		// shorter than a header was cut by something else.
+		herr = shortSegment(id, size)
+	}
 	if herr != nil {
 		if errors.Is(herr, ErrVersionMismatch) {
 			return nil, herr
 		}
-		if last {
+		if last && size >= segHeaderSize && !j.beforeReplayPosition(Location{id, 0}) {
 			// A segment whose creation did not complete has nothing after
 			// its header: creation syncs the header before any record.
 			fw, err := j.forward(r, id, 0, 0, size, size)
@@ -415,6 +434,9 @@ func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *Open
 				}
 				return nil, nil
 			}
+		}
+		if !errors.Is(herr, ErrCorrupt) {
+			herr = fmt.Errorf("%w: %w", ErrCorrupt, herr)
 		}
 		if !j.opts.SkipDamaged {
 			return nil, herr
@@ -535,7 +557,7 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 	inBatch, batchStart := false, off
 	var batchRecs int64
 	goodEnd, goodPrev, goodLast := off, seed, int64(-1)
-	sealed := false
+	sealed, forceSeal := false, false
 	if d != nil {
 		d.batch = d.batch[:0]
 	}
@@ -638,10 +660,15 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 		}
 		clean := !hard && !inBatch && fw.dataEnd <= off
 		durable := fw.maxSynced > damageStart // a later frame proves the damaged bytes were synced
+		// The caller's replay position was durable, and every byte before
+		// it: the log cannot end, nor a torn tail begin, at or before it.
+		// (A last segment before the replay position's is refused by
+		// scanAll before any segment is scanned.)
+		lost := last && id == j.opts.VerifyFrom.Segment && j.beforeReplayPosition(Location{id, damageStart})
 		switch {
-		case clean && (last || sealed):
+		case clean && (last || sealed) && !lost:
 			// The end of the log.
-		case !clean && last && !sealed && !hard && !durable:
+		case !clean && last && !sealed && !hard && !durable && !lost:
 			// A torn tail: bytes of the last, unsynced write.
 			end := max(fw.dataEnd, off)
 			rep.TornAt = Location{id, damageStart}
@@ -652,7 +679,17 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 				}
 			}
 		default:
-			if clean {
+			if lost {
+				what := "is damaged"
+				if clean {
+					what = "ends"
+				}
+				err = fmt.Errorf("%w: %s: the journal %s at or before the replay position %s, which was durable", ErrCorrupt, Location{id, damageStart}, what, j.opts.VerifyFrom)
+				// With SkipDamaged nothing is appended here: the bytes
+				// after the replay position may be lost, not overwritten,
+				// and new records go to a new segment after it.
+				forceSeal = true
+			} else if clean {
 				err = fmt.Errorf("%w: %s: segment ends without a seal, and a later segment exists", ErrCorrupt, Location{id, off})
 			} else if durable {
 				err = fmt.Errorf("%w (a later record proves the bytes from %s were durable)", err, Location{id, damageStart})
@@ -686,7 +723,16 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 		}
 		break
 	}
-	return scanEnd{end: goodEnd, last: goodLast, tailPrev: goodPrev, sealed: sealed}, nil
+	return scanEnd{end: goodEnd, last: goodLast, tailPrev: goodPrev, sealed: sealed || forceSeal}, nil
+}
+
+// beforeReplayPosition reports whether loc lies at or before the caller's
+// replay position (Options.VerifyFrom): such bytes were durable before the
+// caller recorded that position (a checkpoint syncs the journal first), so
+// the log can neither end nor be torn there.
+func (j *Journal) beforeReplayPosition(loc Location) bool {
+	from := j.opts.VerifyFrom
+	return !from.IsZero() && !from.Less(loc)
 }
 
 // truncateTail cuts the last segment at off, re-preallocates it with zeros
