@@ -9,6 +9,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 func TestOS_MmapSeesLaterWrites(t *testing.T) {
@@ -146,4 +149,49 @@ func TestOS_StartWriteback(t *testing.T) {
 	if err := f.Sync(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// A FIFO, a device or a directory at a store's file name is refused at
+// once (a FIFO's open would block until a writer came).
+func TestOS_OpenFileRefusesWhatIsNotARegularFile(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "db.free")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip(err)
+	}
+	link := filepath.Join(dir, "db-1.log")
+	if err := os.Symlink("/dev/null", link); err != nil {
+		t.Fatal(err)
+	}
+	sub := filepath.Join(dir, "db.data")
+	if err := os.Mkdir(sub, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{fifo, link, sub} {
+		done := make(chan error, 1)
+		go func() {
+			f, err := OS.OpenFile(name, os.O_RDONLY, 0)
+			if err == nil {
+				f.Close()
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			if !errors.Is(err, ErrNotRegular) {
+				t.Fatalf("OpenFile(%s): %v, want ErrNotRegular", name, err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("OpenFile(%s) blocked", name)
+		}
+		if _, err := OS.Lock(name); !errors.Is(err, ErrNotRegular) {
+			t.Fatalf("Lock(%s): %v, want ErrNotRegular", name, err)
+		}
+	}
+	// A regular file, and a name not there yet, open as before.
+	f, err := OS.OpenFile(filepath.Join(dir, "new"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
 }

@@ -23,13 +23,29 @@ type osFS struct{}
 
 var _ File = (*osFile)(nil)
 
-// OpenFile opens name with os.OpenFile (O_CLOEXEC is implied).
+// OpenFile opens name with os.OpenFile (O_CLOEXEC is implied). Every
+// file of a store is a regular file: anything else at its name (a FIFO,
+// whose open would block until a writer came, a device, a directory) is
+// refused with ErrNotRegular before it is opened.
 func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
+	if err := checkRegular(name); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err
 	}
 	return &osFile{f: f, name: name}, nil
+}
+
+// checkRegular refuses a name that exists and is not a regular file (after
+// symbolic links).
+func checkRegular(name string) error {
+	st, err := os.Stat(name)
+	if err != nil || st.Mode().IsRegular() {
+		return nil // a missing file is OpenFile's to report or create
+	}
+	return &fs.PathError{Op: "open", Path: name, Err: fmt.Errorf("%w (%s)", ErrNotRegular, st.Mode().Type())}
 }
 
 func (osFS) Remove(name string) error             { return os.Remove(name) }
@@ -81,6 +97,9 @@ func (osFS) SyncDir(dir string) error {
 // (by device and inode) it holds, so that its ErrLocked says whether the
 // holder is this process or another one.
 func (osFS) Lock(name string) (Locker, error) {
+	if err := checkRegular(name); err != nil {
+		return nil, err
+	}
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, err

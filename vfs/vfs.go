@@ -59,6 +59,10 @@ var (
 	// ErrMmapUnsupported is returned by Mmap when the FS cannot map files;
 	// callers fall back to ReadAt.
 	ErrMmapUnsupported = errors.New("vfs: mmap not supported")
+	// ErrNotRegular is returned (in a *fs.PathError) by OS's OpenFile and
+	// Lock for a name that exists and is not a regular file after symbolic
+	// links (a FIFO, whose open would block; a device; a directory).
+	ErrNotRegular = errors.New("vfs: not a regular file")
 )
 
 // FS is the one seam through which the engine touches files. Paths are
