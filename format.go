@@ -38,4 +38,7 @@ const (
 	userTreePrefix   = "u/"        // + the index name
 	engineTreePrefix = "k/"        // the engine's own trees
 	segRefsTree      = "k/segrefs" // journal segment (u32 big-endian) -> live values in it (u64 LE), bytes (u64 LE)
+	// maxTreeName bounds a tree name: "u/" and an index name of at most
+	// MaxIndexNameSize bytes, or a namespace's prefix and a shorter one.
+	maxTreeName = len(userTreePrefix) + MaxIndexNameSize
 )

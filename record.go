@@ -1,7 +1,9 @@
 package kdb
 
 import (
+	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 
@@ -137,8 +139,10 @@ func decodeBatch(b []byte, nvalues int) ([]op, error) {
 				return nil, fmt.Errorf("batch record: op %d: unknown kind %d", i, o.kind)
 			}
 		}
-		if d.err == nil && (len(o.tree) == 0 || (o.kind != opDropTree && len(o.key) == 0)) {
-			return nil, fmt.Errorf("batch record: op %d: empty tree name or key", i)
+		if d.err == nil {
+			if err := checkOp(&o); err != nil {
+				return nil, fmt.Errorf("batch record: op %d: %w", i, err)
+			}
 		}
 		ops = append(ops, o)
 	}
@@ -152,6 +156,55 @@ func decodeBatch(b []byte, nvalues int) ([]op, error) {
 		return nil, fmt.Errorf("batch record: %d value records, %d referenced", nvalues, nextRef)
 	}
 	return ops, nil
+}
+
+// checkOp refuses an op that the writer never journals (FORMAT.md §5.2,
+// §5.4), however well it decodes. The writer names only the trees of user
+// indexes and of namespaces (Batch and Txn check the names, keys and
+// values they take; compaction moves values of those trees; Import writes
+// the trees an Export read from a store), and never journals an op on the
+// engine's own trees ("k/"): the segment-refs tree is changed by the
+// applier alone, from the ops it applies. Replay must refuse such an op
+// rather than apply it: a drop of "k/segrefs", say, would let journal GC
+// remove segments whose values the index still needs.
+func checkOp(o *op) error {
+	if err := checkTreeName(o.tree); err != nil {
+		return err
+	}
+	if o.kind == opDropTree {
+		return nil
+	}
+	if len(o.key) == 0 || len(o.key) > MaxKeySize {
+		return fmt.Errorf("key of %d bytes (want 1..%d)", len(o.key), MaxKeySize)
+	}
+	if o.kind == opPut && len(o.value) > MaxValueSize {
+		return fmt.Errorf("value of %d bytes (max %d)", len(o.value), MaxValueSize)
+	}
+	return nil
+}
+
+// checkTreeName refuses a tree name that no batch the writer builds
+// carries (FORMAT.md §5.4): it must be "u/" or a namespace's "<ns>/",
+// then an index name of at least one byte, at most maxTreeName bytes in
+// all.
+func checkTreeName(tree []byte) error {
+	ns, index, ok := bytes.Cut(tree, []byte("/"))
+	prefix := tree[:len(tree)-len(index)] // ns and its "/", if ok
+	switch {
+	case len(tree) == 0:
+		return errors.New("empty tree name")
+	case len(tree) > maxTreeName:
+		return fmt.Errorf("tree name of %d bytes (max %d)", len(tree), maxTreeName)
+	case !ok || len(index) == 0:
+		return fmt.Errorf("tree %q: not a namespace's index", tree)
+	case string(prefix) == userTreePrefix:
+		return nil
+	case string(prefix) == engineTreePrefix:
+		return fmt.Errorf("tree %q: the engine's own trees are never written by a batch", tree)
+	case !validNamespace(string(ns)):
+		return fmt.Errorf("tree %q: unknown namespace", tree)
+	}
+	return nil
 }
 
 // decoder reads bounds-checked fields; after the first error every read
