@@ -147,3 +147,35 @@ func TestOpen_SegmentShorterThanItsHeaderIsCorrupt(t *testing.T) {
 		}
 	}
 }
+
+// A frame of a reserved type the journal never writes (0xF0-0xFD), or a
+// seal or close mark with a payload, is corruption even when its checksum
+// verifies: FORMAT.md §4.4.
+func TestOpen_ReservedRecordTypesAreCorrupt(t *testing.T) {
+	for _, c := range []struct {
+		typ     RecordType
+		payload []byte
+	}{{0xF5, nil}, {MinReservedType, nil}, {typeCloseMark, []byte("x")}, {typeSeal, []byte("payload")}} {
+		fs, j, _ := build(t, Options{}, 20)
+		// INVARIANT: no Append is pending, so no writer uses j.w.
+		w := &j.w
+		at := Location{w.seg.id, w.off}
+		var sum uint64
+		w.buf, sum = appendFrame(w.buf[:0], w.seg.seed, w.off, w.prev, uint32(w.synced), c.typ, flagBatchBegin|flagBatchEnd, c.payload)
+		if err := j.writeBuf(w.off); err != nil {
+			t.Fatal(err)
+		}
+		w.off += frameSize(len(c.payload))
+		w.prev = sum
+		// A batch after it, synced: the forged frame is not a torn tail.
+		if _, err := j.Append(Record{Type: 3, Payload: []byte("after")}); err != nil {
+			t.Fatal(err)
+		}
+		img := fs.Clone()
+		mustClose(t, j)
+		_, _, err := Open(testDir, Options{FS: img})
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), at.String()) {
+			t.Fatalf("type %#x with %d payload bytes at %v: Open: %v, want ErrCorrupt naming it", c.typ, len(c.payload), at, err)
+		}
+	}
+}

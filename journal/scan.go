@@ -604,6 +604,10 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 					err = fmt.Errorf("%w: %s: record outside any batch", ErrCorrupt, loc)
 				case h.typ >= MinReservedType && h.flags != flagBatchBegin|flagBatchEnd:
 					err = fmt.Errorf("%w: %s: internal record of type %#x inside a batch", ErrCorrupt, loc, h.typ)
+				case h.typ >= MinReservedType && h.typ != typeSeal && h.typ != typeCloseMark:
+					err = fmt.Errorf("%w: %s: reserved record type %#x, never written", ErrCorrupt, loc, h.typ)
+				case h.typ >= MinReservedType && h.length != 0:
+					err = fmt.Errorf("%w: %s: internal record of type %#x with a %d-byte payload", ErrCorrupt, loc, h.typ, h.length)
 				}
 				hard = err != nil
 			}
