@@ -15,6 +15,11 @@ type RecoveryReport struct {
 	Reason       string
 	PagesScanned uint64
 	FreePages    uint64
+	// DamagedFreePages counts pages the scan could not read (a checksum
+	// or page-ID mismatch) and the index does not reach: free pages with
+	// damaged bytes, freed again, so the next checkpoint stamps them free.
+	// A damaged page the index reaches fails Open with ErrCorrupt.
+	DamagedFreePages int
 	// FreeListLied reports that the trusted free list listed pages in use:
 	// every page taken from a list loaded from db.free is first proven free
 	// on disk (stamped PageFree by the checkpoint that freed it), and
@@ -68,6 +73,7 @@ func newRecoveryReport(r *recovery.Report) RecoveryReport {
 		Reason:             r.PageFile.Reason,
 		PagesScanned:       r.PageFile.PagesScanned,
 		FreePages:          r.PageFile.FreePages,
+		DamagedFreePages:   r.DamagedFreed,
 		CheckpointID:       r.PageFile.MetaID.String(),
 		RedoApplied:        r.PageFile.RedoApplied,
 		RedoPages:          r.PageFile.RedoPages,
@@ -98,6 +104,7 @@ func newRecoveryReport(r *recovery.Report) RecoveryReport {
 func (r RecoveryReport) logAttrs() []any {
 	return []any{
 		"free_list_path", r.FreeListPath, "reason", r.Reason, "pages_scanned", r.PagesScanned,
+		"damaged_free_pages", r.DamagedFreePages,
 		"free_list_lied", r.FreeListLied,
 		"checkpoint", r.CheckpointID, "redo_applied", r.RedoApplied,
 		"records_replayed", r.RecordsReplayed, "bytes_truncated", r.TornBytesTruncated,

@@ -283,3 +283,46 @@ func (c *checker) walkNode(id pagefile.PageID, lo, hi []byte, depth int, leafDep
 		c.walkNode(n.ents[i].child, clo, chi, depth+1, leafDepth, fn)
 	}
 }
+
+// Owns returns those of ids the index owns: pages reachable from its root
+// (the catalog, every tree, overflow chains), its pending chain and the
+// pages waiting on its pending-free lists. It reads every page it reaches,
+// so it costs what Check costs; recovery calls it only for pages the page
+// file's free-list scan could not read (pagefile.Report.Damaged), to tell a
+// damaged free page (unreachable: free it) from a damaged live one.
+func (s *Store) Owns(ids []pagefile.PageID) ([]pagefile.PageID, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	pc := s.pf.PageCount()
+	c := &checker{s: s, pc: pc, rep: &CheckReport{PageCount: uint64(pc)}}
+	if pc > pagefile.FirstDataPage {
+		c.owner = make([]uint8, pc-pagefile.FirstDataPage)
+	}
+	c.tx = &Tx{s: s, catalog: s.mu.cur.catalog}
+	if s.w.rootPage != 0 {
+		c.mark(s.w.rootPage, ownReachable)
+	}
+	for _, id := range s.w.chain {
+		c.mark(id, ownReachable)
+	}
+	for _, p := range s.w.pending {
+		for _, id := range p.ids {
+			c.mark(id, ownPending)
+		}
+	}
+	// A damaged page the walk reaches is marked before it is read; other
+	// problems the walk meets are Check's to report, not this question's.
+	if err := c.checkCatalog(); err != nil && !errors.Is(err, ErrCorrupt) {
+		return nil, err
+	}
+	if c.fatal != nil {
+		return nil, c.fatal
+	}
+	var owned []pagefile.PageID
+	for _, id := range ids {
+		if id >= pagefile.FirstDataPage && id < pc && c.owner[id-pagefile.FirstDataPage] != 0 {
+			owned = append(owned, id)
+		}
+	}
+	return owned, nil
+}

@@ -65,10 +65,40 @@ func TestFile_DamagedPage(t *testing.T) {
 			if err := f.Close(); err != nil {
 				t.Fatal(err)
 			}
-			// Scan path: Open fails naming the page.
-			_, _, err = Open(dir, Options{FS: fsys, ForceScan: true})
-			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), bad.String()) {
-				t.Fatalf("scan Open = %v, want ErrCorrupt naming %v", err, bad)
+			// Scan path: Open lists the page as damaged, leaves it off the
+			// free list (neither known free nor in use: the caller decides,
+			// as recovery does by what its index reaches), and a Read of it
+			// still fails.
+			f, rep, err := Open(dir, Options{FS: fsys, ForceScan: true})
+			if err != nil {
+				t.Fatalf("scan Open: %v", err)
+			}
+			if len(rep.Damaged) != 1 || rep.Damaged[0].ID != bad || !errors.Is(rep.Damaged[0].Err, ErrCorrupt) ||
+				!strings.Contains(rep.Damaged[0].Err.Error(), bad.String()) {
+				t.Fatalf("scan Open: Damaged %+v, want page %v", rep.Damaged, bad)
+			}
+			for _, r := range f.FreeRanges() {
+				if bad >= r.Start && bad < r.Start+PageID(r.Len) {
+					t.Fatalf("damaged page %v on the free list %v", bad, r)
+				}
+			}
+			if _, _, err := f.Read(bad); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Read(%v) after a scan = %v, want ErrCorrupt", bad, err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			// Past maxDamaged pages the scan gives up, naming the first.
+			for id := first; id < first+8; id++ {
+				if err := kdbtest.FlipBit(fsys, dir+"/db.data", int64(id)*512+200, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			saved := maxDamaged
+			maxDamaged = 4
+			defer func() { maxDamaged = saved }()
+			if _, _, err := Open(dir, Options{FS: fsys, ForceScan: true}); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), first.String()) {
+				t.Fatalf("scan Open with 8 damaged pages (max 4) = %v, want ErrCorrupt naming %v", err, first)
 			}
 		})
 	}

@@ -125,9 +125,16 @@ func (o *opener) open() error {
 		return err
 	}
 	if rep.FreeListPath == FreeListScanned {
-		// The scan verified every page below the page count.
+		// The scan verified every page below the page count, but those it
+		// found damaged: a read of one must still fail.
+		damaged := make(map[PageID]bool, len(rep.Damaged))
+		for _, d := range rep.Damaged {
+			damaged[d.ID] = true
+		}
 		for id := FirstDataPage; id < f.mu.pageCount && int64(id+1)*int64(f.pageSize) <= f.mu.view.valid.Load(); id++ {
-			f.mu.view.setVerified(id)
+			if !damaged[id] {
+				f.mu.view.setVerified(id)
+			}
 		}
 	}
 	return nil

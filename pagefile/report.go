@@ -31,9 +31,22 @@ type Report struct {
 	FreeListFile string
 	PagesScanned uint64 // page headers read by the scan
 	FreePages    uint64 // pages on the free list after Open
+	// Damaged lists the pages the scan could not read (checksum or ID
+	// mismatch, at most maxDamaged of them): neither known free nor known
+	// in use, they are left off the free list, never reused, until the
+	// caller tells them apart by what its index reaches (recovery frees
+	// the unreachable ones, File.Free, and refuses the store if its index
+	// reaches one). Empty unless FreeListPath is FreeListScanned.
+	Damaged []DamagedPage
 
 	MetaDuration     time.Duration // header and meta slots
 	RedoDuration     time.Duration // reading (and applying) db.redo
 	FreeListDuration time.Duration // loading db.free or scanning
 	TotalDuration    time.Duration
+}
+
+// DamagedPage is a page the free-list scan could not read.
+type DamagedPage struct {
+	ID  PageID
+	Err error // wraps ErrCorrupt, naming the file and offset
 }

@@ -1,16 +1,25 @@
 package pagefile
 
 import (
+	"errors"
 	"fmt"
 )
 
 // scanChunk is how many bytes of db.data the scan reads at once.
 const scanChunk = 4 << 20
 
+// maxDamaged bounds the damaged pages a scan lists (Report.Damaged) before
+// it gives up with ErrCorrupt: past a few, the page file is not worth
+// trusting page by page.
+var maxDamaged = 64 // a variable for tests
+
 // scan rebuilds the free list by one sequential pass over every page in
 // [FirstDataPage, meta.PageCount), verifying each page's checksum and ID:
 // PageFree pages are free, every other type is in use. A damaged page is
-// ErrCorrupt naming the page and its offset.
+// neither: it is listed in Report.Damaged and left off the free list (a
+// damaged page that was free would otherwise make the store unopenable
+// whenever its free list is rebuilt, while the trusted path opens it);
+// more than maxDamaged of them is ErrCorrupt naming the first.
 //
 // It runs inside Open, before the File is shared.
 func (o *opener) scan(meta Meta) (*freeList, error) {
@@ -44,6 +53,15 @@ func (o *opener) scan(meta Meta) (*freeList, error) {
 				b, name = img, f.redoName
 			}
 			h, err := decodePage(b, pid, name, boff)
+			if errors.Is(err, ErrCorrupt) && len(o.rep.Damaged) < maxDamaged {
+				o.rep.PagesScanned++
+				o.rep.Damaged = append(o.rep.Damaged, DamagedPage{ID: pid, Err: err})
+				flush()
+				continue
+			}
+			if errors.Is(err, ErrCorrupt) && len(o.rep.Damaged) > 0 {
+				return nil, fmt.Errorf("%w; and %d more damaged pages, up to %v", o.rep.Damaged[0].Err, len(o.rep.Damaged), pid)
+			}
 			if err != nil {
 				return nil, err
 			}

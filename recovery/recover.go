@@ -174,6 +174,9 @@ func Run(dir string, o Options) (*State, *Report, error) {
 		return fail(fmt.Errorf("recovery: index: %w", err))
 	}
 	st.Index = ix
+	if err := settleDamaged(pf, ix, rep, o.ReadOnly); err != nil {
+		return fail(err)
+	}
 
 	// The journal is verified from the replay position on; the segments
 	// before it hold only values the index still points to, and each is
@@ -300,5 +303,43 @@ func checkOldest(st *State, o Options, rep *Report) error {
 		return fmt.Errorf("recovery: journal: %w: %s: %s", journal.ErrCorrupt, d.From, d.Reason)
 	}
 	rep.Journal.Skipped = append(rep.Journal.Skipped, d)
+	return nil
+}
+
+// settleDamaged decides the pages the free-list scan could not read
+// (pagefile.Report.Damaged): one the index reaches is a damaged store,
+// ErrCorrupt as the scan found it; the others were free (a page is in use
+// only if the index reaches it, which is what Check holds too), and are
+// freed again, so that the next checkpoint stamps them free and reuses
+// them. A read-only open leaves them aside: nothing reads them.
+func settleDamaged(pf *pagefile.File, ix *index.Store, rep *Report, readOnly bool) error {
+	damaged := rep.PageFile.Damaged
+	if len(damaged) == 0 {
+		return nil
+	}
+	ids := make([]pagefile.PageID, len(damaged))
+	for i, d := range damaged {
+		ids[i] = d.ID
+	}
+	owned, err := ix.Owns(ids)
+	if err != nil {
+		return fmt.Errorf("recovery: index: %w", err)
+	}
+	if len(owned) > 0 {
+		for _, d := range damaged {
+			if d.ID == owned[0] {
+				return fmt.Errorf("recovery: page file: %w (a page the index reaches)", d.Err)
+			}
+		}
+	}
+	if readOnly {
+		return nil
+	}
+	for _, id := range ids {
+		if err := pf.Free(id); err != nil {
+			return fmt.Errorf("recovery: page file: free the damaged, unreachable %v: %w", id, err)
+		}
+	}
+	rep.DamagedFreed = len(ids)
 	return nil
 }

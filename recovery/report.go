@@ -28,6 +28,11 @@ type Report struct {
 	// the end of replay: a Lies count above 0 means the trusted list listed
 	// pages in use (none was written; pagefile.File.FreeListProof).
 	FreeListProof pagefile.FreeListProof
+	// DamagedFreed counts the pages the free-list scan could not read
+	// that the index does not reach: free pages with damaged bytes, freed
+	// again (the next checkpoint stamps them free). A damaged page the
+	// index reaches fails Run with ErrCorrupt.
+	DamagedFreed int
 	// NeedsCheckpoint says the caller should checkpoint soon, so that the
 	// next crash is cheap: records were replayed, db.redo applied, the free
 	// list rebuilt, a lie of the loaded free list found (the checkpoint
