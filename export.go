@@ -2,12 +2,15 @@ package kdb
 
 import (
 	"bufio"
-	"bytes"
+	"crypto/rand"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	iofs "io/fs"
 	"path/filepath"
+	"strings"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/kdb-project/kdb/index"
@@ -29,6 +32,9 @@ const (
 // ExportReport counts what Export wrote or Import read.
 type ExportReport struct {
 	Trees, Keys, Bytes uint64
+	// StaleRemoved counts the temporary directories of interrupted Imports
+	// into the same directory that Import removed before it began.
+	StaleRemoved int
 }
 
 // Export writes a portable snapshot of the whole store to w: every tree
@@ -125,31 +131,276 @@ func (db *DB) Export(w io.Writer) (*ExportReport, error) {
 	return rep, err
 }
 
-// ErrNotEmpty is returned by Import for a directory that already holds a
-// store.
+// ErrNotEmpty is returned by Import for a directory that is not empty
+// (one that holds a store, or anything else) or a name that is a file.
 var ErrNotEmpty = errors.New("kdb: store is not empty")
 
+// importTempInfix names the temporary directory Import builds a store in:
+// "." + base(dir) + importTempInfix + 16 hex digits, beside dir.
+const importTempInfix = ".import-"
+
 // Import creates a new store in dir from a snapshot written by Export, and
-// closes it. dir must not hold a store (ErrNotEmpty). A damaged or truncated
-// snapshot is ErrCorrupt, and then the half-imported store is left in dir
-// for the caller to remove. opts may be nil.
+// closes it. dir must not exist, or be an empty directory (ErrNotEmpty
+// otherwise). opts may be nil.
+//
+// The import is atomic: the store is built in a new hidden directory beside
+// dir (same parent, named "."+base(dir)+".import-" and 16 hex digits, mode
+// 0750 before the umask), and renamed to dir only once the whole snapshot
+// was read and verified and the store closed cleanly; then the parent
+// directory is synced. So dir is, even after a crash or a kill at any
+// moment, either absent (or the empty directory it was) or the whole
+// imported store. On return (nil) the store at dir is durable (Close's
+// checkpoint syncs it under every Options.Sync). An existing empty dir is
+// removed just before the rename, and the new directory takes its place
+// (with its own mode).
+//
+// A damaged or truncated snapshot is ErrCorrupt; on any error the
+// temporary directory is removed and dir is left as it was. Import first
+// removes what an interrupted Import into the same dir left (a temporary
+// directory of that name whose store lock nobody holds) and counts it in
+// ExportReport.StaleRemoved; one in use by a running Import is left alone.
 func Import(dir string, r io.Reader, opts *Options) (*ExportReport, error) {
 	o := opts.withDefaults()
-	if ok, err := vfs.Exists(o.FS, filepath.Join(dir, "db.data")); err != nil {
-		return nil, err
-	} else if ok {
-		return nil, fmt.Errorf("%w: %s", ErrNotEmpty, dir)
+	fsys := o.FS
+	if dir == "" {
+		return nil, fmt.Errorf("%w: Import: empty directory name", ErrInvalid)
 	}
-	db, err := Open(dir, opts)
+	dir = filepath.Clean(dir)
+	if b := filepath.Base(dir); b == "." || b == ".." || b == string(filepath.Separator) {
+		return nil, fmt.Errorf("%w: Import: %s: name a new directory (or an empty one by its name)", ErrInvalid, dir)
+	}
+	if err := importTarget(fsys, dir); err != nil {
+		return nil, err
+	}
+	parent, base := filepath.Dir(dir), filepath.Base(dir)
+	rep := &ExportReport{}
+	removed, err := removeStaleImports(fsys, parent, base)
+	rep.StaleRemoved = removed
 	if err != nil {
-		return nil, err
+		return rep, err
 	}
-	rep, err := db.importFrom(r)
+	tmp, lk, err := makeImportTemp(fsys, parent, base)
+	if err != nil {
+		return rep, err
+	}
+	held := true
+	defer func() {
+		if held {
+			_ = lk.Close()
+		}
+	}()
+	fail := func(err error) (*ExportReport, error) {
+		_ = lk.Close()
+		held = false
+		_ = removeFlatDir(fsys, tmp)
+		_ = fsys.SyncDir(parent)
+		return rep, err
+	}
+	var oo Options
+	if opts != nil {
+		oo = *opts
+	}
+	// The store is opened under the lock taken above, with no gap in
+	// between: a concurrent Import never takes the directory for a stale one.
+	oo.FS = importLockFS{FS: fsys, lock: filepath.Join(tmp, "lock")}
+	db, err := Open(tmp, &oo)
+	if err != nil {
+		return fail(err)
+	}
+	irep, err := db.importFrom(r)
 	if cerr := db.Close(); err == nil {
 		err = cerr
 	}
-	return rep, err
+	rep.Trees, rep.Keys, rep.Bytes = irep.Trees, irep.Keys, irep.Bytes
+	if err != nil {
+		return fail(err)
+	}
+	// INVARIANT: Close took a checkpoint and synced tmp's files and tmp
+	// itself; only the rename remains. dir was absent or empty just now.
+	// An empty dir is removed first (os.Rename never replaces a
+	// directory); a dir filled meanwhile makes that fail, never lose it.
+	if err := fsys.Remove(dir); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+		return fail(fmt.Errorf("kdb: Import: removing the empty %s to rename the store into place: %w", dir, err))
+	}
+	if err := fsys.Rename(tmp, dir); err != nil {
+		return fail(err)
+	}
+	if err := fsys.SyncDir(parent); err != nil {
+		return rep, fmt.Errorf("kdb: Import: sync %s after renaming the store into place: %w", parent, err)
+	}
+	return rep, nil
 }
+
+// importTarget checks that dir is absent or an empty directory.
+func importTarget(fsys vfs.FS, dir string) error {
+	_, isDir, err := fsys.Stat(dir)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !isDir {
+		return fmt.Errorf("%w: %s exists and is not a directory", ErrNotEmpty, dir)
+	}
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if n == "db.data" {
+			return fmt.Errorf("%w: %s holds a store", ErrNotEmpty, dir)
+		}
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("%w: %s is not empty (%d entries)", ErrNotEmpty, dir, len(names))
+	}
+	return nil
+}
+
+// isImportTemp reports whether name is a temporary directory name of an
+// Import into base.
+func isImportTemp(name, base string) bool {
+	rest, ok := strings.CutPrefix(name, "."+base+importTempInfix)
+	if !ok || len(rest) != 16 {
+		return false
+	}
+	_, err := hex.DecodeString(rest)
+	return err == nil
+}
+
+// removeStaleImports removes the temporary directories interrupted
+// Imports into parent/base left: those whose store lock it can take. It
+// returns how many it removed.
+func removeStaleImports(fsys vfs.FS, parent, base string) (int, error) {
+	names, err := fsys.ReadDir(parent)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	removed := 0
+	for _, n := range names {
+		if !isImportTemp(n, base) {
+			continue
+		}
+		p := filepath.Join(parent, n)
+		if _, isDir, err := fsys.Stat(p); err != nil || !isDir {
+			continue
+		}
+		lk, err := fsys.Lock(filepath.Join(p, "lock"))
+		if err != nil {
+			continue // in use by a running Import, or gone meanwhile
+		}
+		err = lk.Close()
+		if err == nil {
+			err = removeFlatDir(fsys, p)
+		}
+		if err != nil {
+			return removed, fmt.Errorf("kdb: Import: removing %s, left by an interrupted import: %w", p, err)
+		}
+		removed++
+	}
+	if removed > 0 {
+		if err := fsys.SyncDir(parent); err != nil {
+			return removed, err
+		}
+	}
+	return removed, nil
+}
+
+// makeImportTemp creates a new temporary directory for an Import into
+// parent/base (and parent if it is missing), durably, and takes the lock of the store to be built
+// in it.
+func makeImportTemp(fsys vfs.FS, parent, base string) (string, vfs.Locker, error) {
+	var tmp string
+	for {
+		var rnd [8]byte
+		if _, err := rand.Read(rnd[:]); err != nil {
+			return "", nil, err
+		}
+		tmp = filepath.Join(parent, "."+base+importTempInfix+hex.EncodeToString(rnd[:]))
+		if ok, err := vfs.Exists(fsys, tmp); err != nil {
+			return "", nil, err
+		} else if !ok {
+			break
+		}
+	}
+	if err := mkdirDurable(fsys, tmp); err != nil {
+		_ = fsys.Remove(tmp)
+		return "", nil, err
+	}
+	lk, err := fsys.Lock(filepath.Join(tmp, "lock"))
+	if err != nil {
+		_ = removeFlatDir(fsys, tmp)
+		return "", nil, err
+	}
+	return tmp, lk, nil
+}
+
+// mkdirDurable creates dir (mode 0750 before the umask) and any missing
+// parent, and syncs the parent of each directory it created, so that the
+// whole path survives a crash.
+func mkdirDurable(fsys vfs.FS, dir string) error {
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		ok, err := vfs.Exists(fsys, d)
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if err := fsys.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// removeFlatDir removes dir and the files in it (a store directory holds
+// no subdirectory). Does not sync; the caller syncs dir's parent.
+func removeFlatDir(fsys vfs.FS, dir string) error {
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if err := fsys.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+			return err
+		}
+	}
+	return fsys.Remove(dir)
+}
+
+// importLockFS is fsys for a store whose lock the caller already holds: its
+// Lock of that lock file returns a no-op Locker, so that Open runs under
+// the lock taken first.
+type importLockFS struct {
+	vfs.FS
+	lock string
+}
+
+func (h importLockFS) Lock(name string) (vfs.Locker, error) {
+	if filepath.Clean(name) == h.lock {
+		return importNopLocker{}, nil
+	}
+	return h.FS.Lock(name)
+}
+
+type importNopLocker struct{}
+
+func (importNopLocker) Close() error { return nil }
 
 func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 	rep := &ExportReport{}
@@ -219,8 +470,10 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 			if err != nil {
 				return rep, err
 			}
-			if len(name) == 0 || bytes.Equal(name, []byte(segRefsTree)) {
-				return rep, corrupt("tree name %q", name)
+			if err := checkTreeName(name); err != nil {
+				// As replay would refuse it (engine trees, unknown
+				// namespaces, names over the limit).
+				return rep, corrupt("%v", err)
 			}
 			if treeNew {
 				empty = append(empty, tree)

@@ -44,7 +44,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	})
 	out, ioErr := res.out, res.ioErr
 	if out == nil {
-		fmt.Fprintf(stderr, "kdbtool check: %v\n", ioErr)
+		fmt.Fprintf(stderr, "kdbtool check: %s\n", errLine(ioErr))
 		return exitFor(ioErr)
 	}
 	if *asJSON {
@@ -56,7 +56,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case ioErr != nil:
-		fmt.Fprintf(stderr, "kdbtool check: %v\n", ioErr)
+		fmt.Fprintf(stderr, "kdbtool check: %s\n", errLine(ioErr))
 		return exitIO
 	case !out.OK:
 		return exitProblems

@@ -4,19 +4,24 @@ import (
 	"bufio"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/journal"
 )
 
 func init() {
@@ -36,7 +41,7 @@ func demoOptions() *kdb.Options {
 
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", "[DIR]", stderr)
-	sizeMiB := fs.Int("size-mib", 256, "size of the page file to build before the kill, in MiB")
+	sizeMiB := fs.Int("size-mib", 256, "size of the page file to build before the kill, in MiB (1 to 16384)")
 	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed for the kill moment")
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	if code := parseFlags(fs, args); code >= 0 {
@@ -48,12 +53,23 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	if fs.NArg() == 1 {
-		dir = fs.Arg(0)
+		if dir = fs.Arg(0); !pathArg(fs, "DIR", dir) {
+			return exitUsage
+		}
+	}
+	if code := checkDemoSize(fs, *sizeMiB); code >= 0 {
+		return code
 	}
 	scanDir := dir + "-scan"
 	for _, d := range []string{dir, scanDir} {
+		if err := demoRemovable(d); err != nil {
+			fmt.Fprintf(stderr, "kdbtool demo: %s\n", errLine(err))
+			return exitUsage
+		}
+	}
+	for _, d := range []string{dir, scanDir} {
 		if err := os.RemoveAll(d); err != nil {
-			fmt.Fprintf(stderr, "kdbtool demo: %v\n", err)
+			fmt.Fprintf(stderr, "kdbtool demo: %s\n", errLine(err))
 			return exitIO
 		}
 	}
@@ -66,24 +82,24 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	say("kdb demo: building a %d MiB store in %s with 4 writers, then SIGKILLing the writing process", *sizeMiB, dir)
 	kill, err := runAndKill(dir, *sizeMiB, *seed, stderr, say)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool demo: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool demo: %s\n", errLine(err))
 		return exitIO
 	}
 	// Keep a copy of the crashed state, so that the scan path runs on exactly
 	// the state the trusted path saw.
 	if err := copyDir(dir, scanDir); err != nil {
-		fmt.Fprintf(stderr, "kdbtool demo: copying the crashed store: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool demo: copying the crashed store: %s\n", errLine(err))
 		return exitIO
 	}
 
 	trusted, missing, err := demoReopen(dir, false, kill.acked)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool demo: reopening %s: %v\n", dir, err)
+		fmt.Fprintf(stderr, "kdbtool demo: reopening %s: %s\n", dir, errLine(err))
 		return exitIO
 	}
 	scanned, missingScan, err := demoReopen(scanDir, true, kill.acked)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool demo: reopening %s with a forced scan: %v\n", scanDir, err)
+		fmt.Fprintf(stderr, "kdbtool demo: reopening %s with a forced scan: %s\n", scanDir, errLine(err))
 		return exitIO
 	}
 	if *asJSON {
@@ -121,6 +137,19 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return exitProblems
 	}
 	return exitOK
+}
+
+// maxDemoMiB bounds demo's --size-mib: the child writes until the page
+// file holds that much, so a larger value is a demo that runs for hours.
+const maxDemoMiB = 16 << 10
+
+// checkDemoSize returns exitUsage (having said why) for a --size-mib out
+// of [1, maxDemoMiB], else -1.
+func checkDemoSize(fs *flag.FlagSet, sizeMiB int) int {
+	if sizeMiB < 1 || sizeMiB > maxDemoMiB {
+		return usageErr(fs, "--size-mib %d: want 1 to %d (16 GiB)", sizeMiB, maxDemoMiB)
+	}
+	return -1
 }
 
 func orDash(s string) string {
@@ -232,9 +261,15 @@ func runDemoChild(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 || fs.NArg() != 1 {
 		return exitUsage
 	}
+	if !pathArg(fs, "DIR", fs.Arg(0)) {
+		return exitUsage
+	}
+	if code := checkDemoSize(fs, *sizeMiB); code >= 0 {
+		return code
+	}
 	db, err := kdb.Open(fs.Arg(0), demoOptions())
 	if err != nil {
-		fmt.Fprintf(stderr, "demo-child: %v\n", err)
+		fmt.Fprintf(stderr, "demo-child: %s\n", errLine(err))
 		return exitIO
 	}
 	w := bufio.NewWriter(stdout)
@@ -260,7 +295,7 @@ func runDemoChild(args []string, stdout, stderr io.Writer) int {
 					b.Put("demo", demoKey(keys[i]), val)
 				}
 				if err := db.Write(b); err != nil {
-					fmt.Fprintf(stderr, "demo-child: %v\n", err)
+					fmt.Fprintf(stderr, "demo-child: %s\n", errLine(err))
 					os.Exit(exitIO)
 				}
 				mu.Lock()
@@ -314,4 +349,44 @@ func copyFile(src, dst string) error {
 		return err
 	}
 	return out.Close()
+}
+
+// demoRemovable refuses a directory the demo would delete (it starts from
+// an empty DIR and DIR-scan) unless it is absent, empty, or holds nothing
+// but a store's files (an earlier demo's): "kdbtool demo ~" must not
+// delete a home directory.
+func demoRemovable(dir string) error {
+	st, err := os.Lstat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s exists and is not a directory: name a new directory (the demo deletes and rebuilds it)", dir)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		if !storeFileName(e.Name()) || !e.Type().IsRegular() {
+			return fmt.Errorf("%s holds %s, which is not a store's file: name a new directory (the demo deletes and rebuilds it)", dir, e.Name())
+		}
+	}
+	return nil
+}
+
+// storeFileName reports whether name is one a store's directory holds:
+// the page file's, the journal's segments, the lock, and their temporary
+// and .broken (kdbtool repair) copies.
+func storeFileName(name string) bool {
+	name = strings.TrimSuffix(strings.TrimSuffix(name, ".broken"), ".tmp")
+	switch name {
+	case "db.data", "db.redo", "db.free", "db.free.prev", "lock":
+		return true
+	}
+	_, ok := journal.ParseSegmentName(name)
+	return ok
 }

@@ -79,13 +79,16 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 			n++
 		}
 	}
-	if n != 1 || (*sub != "" && *topic == "") || *limit < 0 {
+	if *limit < 0 {
+		return usageErr(fs, "--limit %d: want 0 (all) or more", *limit)
+	}
+	if n != 1 || (*sub != "" && *topic == "") {
 		fmt.Fprintf(stderr, "kdbtool dump: give exactly one of --index, --queue, --topic (--sub only with --topic)\n")
 		fs.Usage()
 		return exitUsage
 	}
 	if err := storeExists(dir); err != nil {
-		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool dump: %s\n", errLine(err))
 		return exitFor(err)
 	}
 	var from []byte
@@ -95,13 +98,13 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		from = []byte(*start)
 		if *hexKeys {
 			if from, err = hex.DecodeString(*start); err != nil {
-				fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
+				fmt.Fprintf(stderr, "kdbtool dump: --start: %s\n", errLine(err))
 				return exitUsage
 			}
 		}
 	} else if *start != "" {
 		if fromSeq, err = strconv.ParseUint(*start, 10, 64); err != nil {
-			fmt.Fprintf(stderr, "kdbtool dump: --start: %v\n", err)
+			fmt.Fprintf(stderr, "kdbtool dump: --start: %s\n", errLine(err))
 			return exitUsage
 		}
 	}
@@ -124,11 +127,11 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		return out, err == nil, err
 	})
 	if errors.Is(err, kdb.ErrNotFound) {
-		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool dump: %s\n", errLine(err))
 		return exitProblems
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool dump: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool dump: %s\n", errLine(err))
 		return exitFor(err)
 	}
 	if *asJSON {

@@ -6,9 +6,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/broker"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 func init() {
@@ -102,12 +104,23 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	dir, file := fs.Arg(0), fs.Arg(1)
+	if !pathArg(fs, "DIR", dir) || !pathArg(fs, "FILE", file) {
+		return exitUsage
+	}
 	if err := storeExists(dir); err != nil {
-		fmt.Fprintf(stderr, "kdbtool export: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool export: %s\n", errLine(err))
 		return exitFor(err)
+	}
+	stale, err := removeStaleExportTemps(file)
+	if err != nil {
+		fmt.Fprintf(stderr, "kdbtool export: %s\n", errLine(err))
+		return exitIO
 	}
 	out, err := retryLive(dir, func() (*exportOut, bool, error) {
 		out := &exportOut{File: file, Version: 1, Warnings: []string{}}
+		for _, n := range stale {
+			out.Warnings = append(out.Warnings, "removed "+n+", the temporary file of an interrupted export")
+		}
 		db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
 		if err != nil {
 			return out, false, err
@@ -120,15 +133,79 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 		return out, err == nil, err
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool export: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool export: %s\n", errLine(err))
 		return exitFor(err)
 	}
 	if *asJSON {
 		return writeJSON(stdout, out)
 	}
+	for _, w := range out.Warnings {
+		fmt.Fprintf(stderr, "kdbtool export: %s\n", w)
+	}
 	fmt.Fprintf(stdout, "exported to %s (%s): %d trees, %d keys; %d indexes, %d destinations, %d subscriptions, %d messages, %d prepared transactions\n",
 		file, exportFormatName, out.Trees, out.Keys, out.Indexes, out.Destinations, out.Subscriptions, out.Messages, out.Prepared)
 	return exitOK
+}
+
+// exportTempPrefix is the name of file's temporary file (exportStore)
+// up to the digits os.CreateTemp appends.
+func exportTempPrefix(file string) string { return "." + filepath.Base(file) + ".tmp-" }
+
+// isExportTemp reports whether name is a temporary file name of an export
+// to file: exportTempPrefix and then only digits.
+func isExportTemp(name, file string) bool {
+	digits, ok := strings.CutPrefix(name, exportTempPrefix(file))
+	if !ok || digits == "" || len(digits) > 20 {
+		return false
+	}
+	for _, c := range digits {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// removeStaleExportTemps removes the temporary files that interrupted
+// exports to file (killed before they renamed or removed them) left in
+// file's directory: regular files named as exportStore names them whose
+// lock nobody holds (a running export holds the lock of its own). It
+// returns the names it removed. Other names (a symlink, a file.tmp, a
+// foreign file) are never touched.
+func removeStaleExportTemps(file string) ([]string, error) {
+	dir := filepath.Dir(file)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, nil // CreateTemp reports it
+		}
+		return nil, err
+	}
+	var removed []string
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !isExportTemp(e.Name(), file) {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		lk, err := vfs.OS.Lock(p)
+		if err != nil {
+			continue // a running export's, or gone meanwhile
+		}
+		err = os.Remove(p)
+		if cerr := lk.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, err
+		}
+		removed = append(removed, e.Name())
+	}
+	if len(removed) > 0 {
+		if err := syncDir(dir); err != nil {
+			return removed, err
+		}
+	}
+	return removed, nil
 }
 
 // exportStore writes the snapshot to a new temporary file in file's
@@ -137,14 +214,24 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 // exclusively (O_CREATE|O_EXCL: never an existing file, never through a
 // symlink) with a random name and mode 0600, so nothing planted in the
 // directory (a file.tmp symlink, a foreign file) is ever written through or
-// clobbered; a failed export removes only the file it created.
+// clobbered; a failed export removes only the file it created. While it is
+// written the export holds the file's lock (vfs.Lock), so that another
+// export never takes it for the leftover of an interrupted one
+// (removeStaleExportTemps).
 func exportStore(db *kdb.DB, file string, out *exportOut) error {
 	dir := filepath.Dir(file)
-	f, err := os.CreateTemp(dir, "."+filepath.Base(file)+".tmp-*")
+	f, err := os.CreateTemp(dir, exportTempPrefix(file)+"*")
 	if err != nil {
 		return err
 	}
 	tmp := f.Name()
+	lk, err := vfs.OS.Lock(tmp)
+	if err != nil {
+		f.Close()
+		os.Remove(tmp)
+		return err
+	}
+	defer lk.Close()
 	rep, err := db.Export(f)
 	if err == nil {
 		err = f.Chmod(0o600) // CreateTemp's mode; kept explicit
@@ -180,34 +267,49 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	file, dir := fs.Arg(0), fs.Arg(1)
+	if !pathArg(fs, "FILE", file) || !pathArg(fs, "DIR", dir) {
+		return exitUsage
+	}
 	if _, err := os.Stat(filepath.Join(dir, "db.data")); err == nil {
 		fmt.Fprintf(stderr, "kdbtool import: %s already holds a store; import creates a new one\n", dir)
 		return exitProblems
 	}
 	f, err := os.Open(file)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool import: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool import: %s\n", errLine(err))
 		return exitIO
 	}
 	defer f.Close()
-	_, statErr := os.Stat(dir)
-	created := errors.Is(statErr, os.ErrNotExist)
-	// The journal is synced by the checkpoint Import's Close takes: a crash
-	// during import means importing again into a new directory.
+	// kdb.Import builds the store in a temporary directory beside DIR and
+	// renames it into place once it is whole and closed (its Close's
+	// checkpoint syncs the journal): a failed, killed or crashed import
+	// leaves no DIR, and the next import removes its leftover.
 	rep, err := kdb.Import(dir, f, &kdb.Options{Sync: kdb.UnsafeSyncNever})
-	if err != nil {
-		if created {
-			// Leave no half-imported store behind.
-			os.RemoveAll(dir)
-		}
-		if errors.Is(err, kdb.ErrCorrupt) || errors.Is(err, kdb.ErrVersionMismatch) {
-			fmt.Fprintf(stderr, "kdbtool import: %s: %v: %v\n", file, errBadSnapshot, err)
-			return exitProblems
-		}
-		fmt.Fprintf(stderr, "kdbtool import: %s: %v\n", file, err)
+	warnings := []string{}
+	if rep != nil && rep.StaleRemoved > 0 {
+		warnings = append(warnings, fmt.Sprintf("removed what %d interrupted import(s) into %s left (%s)",
+			rep.StaleRemoved, dir, filepath.Join(filepath.Dir(filepath.Clean(dir)), "."+filepath.Base(filepath.Clean(dir))+".import-*")))
+	}
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "kdbtool import: %s\n", w)
+	}
+	switch {
+	case err == nil:
+	case errors.Is(err, kdb.ErrCorrupt) || errors.Is(err, kdb.ErrVersionMismatch):
+		fmt.Fprintf(stderr, "kdbtool import: %s: %v: %s\n", file, errBadSnapshot, errLine(err))
+		return exitProblems
+	case errors.Is(err, kdb.ErrNotEmpty):
+		fmt.Fprintf(stderr, "kdbtool import: %s; import creates a new store in a new or empty directory\n", errLine(err))
+		return exitProblems
+	case errors.Is(err, kdb.ErrInvalid):
+		fmt.Fprintf(stderr, "kdbtool import: %s\n", errLine(err))
+		fs.Usage()
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "kdbtool import: %s: %s\n", file, errLine(err))
 		return exitFor(err)
 	}
-	out := &exportOut{File: file, Version: 1, Trees: rep.Trees, Keys: rep.Keys, Bytes: rep.Bytes, Warnings: []string{}}
+	out := &exportOut{File: file, Version: 1, Trees: rep.Trees, Keys: rep.Keys, Bytes: rep.Bytes, Warnings: warnings}
 	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
 	if err == nil {
 		err = summarize(db, out)
@@ -216,7 +318,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool import: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool import: %s\n", errLine(err))
 		return exitFor(err)
 	}
 	if *asJSON {

@@ -184,7 +184,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		return out, err == nil && len(out.Problems) == 0, err
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool inspect: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool inspect: %s\n", errLine(err))
 		return exitFor(err)
 	}
 	code := exitOK
@@ -232,6 +232,16 @@ func inspectStore(dir string) (*inspectOut, error) {
 		out.MetaSlots = append(out.MetaSlots, so)
 	}
 
+	// The journal is read first: what can repair a short db.data depends
+	// on it. Its problems are listed after the page file's.
+	out.Journal, out.jerr = inspectJournal(dir, &m)
+	short := in.DataSize < int64(m.PageCount)*int64(in.PageSize)
+	if short {
+		out.Problems = append(out.Problems, problem{"error", "pagefile", fmt.Sprintf(
+			"db.data is %d bytes, shorter than its %d pages of %d bytes (%d bytes): the page file was cut; Open refuses it and a free-list rebuild (recover --force-scan) cannot help; %s",
+			in.DataSize, m.PageCount, in.PageSize, int64(m.PageCount)*int64(in.PageSize), rebuildAdvice(out.Journal, out.jerr))})
+	}
+
 	fl := &out.FreeList
 	fl.TrustedFile, fl.Reason = in.TrustedFile, in.Reason
 	fl.OpenWould = pagefile.FreeListScanned
@@ -252,7 +262,7 @@ func inspectStore(dir string) (*inspectOut, error) {
 	}
 	fl.LiedPages, fl.FirstLiedPage, fl.LieReason = in.Lies, uint64(in.FirstLie), in.LieReason
 	if in.Lies > 0 {
-		out.Problems = append(out.Problems, problem{"error", "free_list", freeListLie(in)})
+		out.Problems = append(out.Problems, problem{"error", "free_list", freeListLie(in, short)})
 	}
 	if in.TrustedFile == "" {
 		out.Problems = append(out.Problems, problem{"warning", "free_list",
@@ -272,7 +282,6 @@ func inspectStore(dir string) (*inspectOut, error) {
 		out.Problems = append(out.Problems, problem{"warning", "redo", "db.redo ignored: " + in.Redo.RedoIgnored})
 	}
 
-	out.Journal, out.jerr = inspectJournal(dir, &m)
 	if out.Journal.Error != "" {
 		out.Problems = append(out.Problems, problem{"error", "journal", out.Journal.Error})
 	} else if out.Journal.TornBytes > 0 {
@@ -289,10 +298,44 @@ func inspectStore(dir string) (*inspectOut, error) {
 }
 
 // freeListLie describes a trusted free-list file that lists pages in use,
-// and what fixes it.
-func freeListLie(in *pagefile.Inspection) string {
-	return fmt.Sprintf("%s lists %d pages in use as free (first %v: %s); Open would trust it, prove each page before use and set the list aside at the first lie, writing none of them; rebuild it: kdbtool recover --force-scan, or kdbtool repair --apply",
-		in.TrustedFile, in.Lies, in.FirstLie, in.LieReason)
+// and what fixes it: a rebuild by a scan, unless db.data is short (then
+// the scan fails too, and the short page file's problem says what can
+// help).
+func freeListLie(in *pagefile.Inspection, short bool) string {
+	fix := "rebuild it: kdbtool recover --force-scan, or kdbtool repair --apply"
+	if short {
+		fix = "a rebuild by a scan cannot help while db.data is shorter than its page count (see that problem)"
+	}
+	return fmt.Sprintf("%s lists %d pages in use as free (first %v: %s); Open would trust it, prove each page before use and set the list aside at the first lie, writing none of them; %s",
+		in.TrustedFile, in.Lies, in.FirstLie, in.LieReason, fix)
+}
+
+// journalFromStart reports whether the journal jo (jerr: its open) still
+// begins at db-1.log, so that it holds every write and repair
+// --rebuild-index can replay it into a new db.data; else it returns the
+// first segment's name ("no segment" if none; "" if the journal is damaged).
+func journalFromStart(jo journalOut, jerr error) (bool, string) {
+	switch {
+	case jerr != nil:
+		return false, ""
+	case len(jo.Segments) == 0:
+		return false, "no segment"
+	case jo.Segments[0].ID != 1:
+		return false, jo.Segments[0].Name
+	}
+	return true, ""
+}
+
+// rebuildAdvice says whether db.data can be rebuilt from the journal.
+func rebuildAdvice(jo journalOut, jerr error) string {
+	ok, first := journalFromStart(jo, jerr)
+	switch {
+	case ok:
+		return "kdbtool repair --apply --rebuild-index rebuilds it from the journal, which still begins at db-1.log"
+	case first == "":
+		return "the journal is damaged too, so db.data cannot be rebuilt from it: restore it from a backup"
+	}
+	return fmt.Sprintf("the journal starts at %s, not db-1.log, so it no longer holds every write and db.data cannot be rebuilt from it: restore it from a backup", first)
 }
 
 // inspectJournal opens the journal read-only. With m from db.data it
@@ -405,7 +448,7 @@ func printInspect(w io.Writer, o *inspectOut) {
 		if s.Intact {
 			fmt.Fprintf(w, "  slot %d: intact, seq %d, checkpoint %s, PageCount %d\n", s.Slot, s.Seq, s.CheckpointID, s.PageCount)
 		} else {
-			fmt.Fprintf(w, "  slot %d: NOT intact: %s\n", s.Slot, s.Error)
+			fmt.Fprintf(w, "  slot %d: NOT intact: %s\n", s.Slot, oneLine(s.Error))
 		}
 	}
 	if o.FreeList.TrustedFile != "" {
@@ -415,14 +458,14 @@ func printInspect(w io.Writer, o *inspectOut) {
 		}
 		fmt.Fprintf(w, "\n")
 	} else {
-		fmt.Fprintf(w, "free list: Open would scan every page (%s)\n", o.FreeList.Reason)
+		fmt.Fprintf(w, "free list: Open would scan every page (%s)\n", oneLine(o.FreeList.Reason))
 	}
 	for _, f := range o.FreeList.Files {
 		switch {
 		case !f.Present:
 			fmt.Fprintf(w, "  %s: absent\n", f.Name)
 		case !f.Intact:
-			fmt.Fprintf(w, "  %s: NOT intact: %s\n", f.Name, f.Error)
+			fmt.Fprintf(w, "  %s: NOT intact: %s\n", f.Name, oneLine(f.Error))
 		default:
 			fmt.Fprintf(w, "  %s: checkpoint %s, page count %d, free pages %d, ranges %d, matches meta %v\n",
 				f.Name, f.CheckpointID, f.PageCount, f.FreePages, f.Ranges, f.MatchesMeta)
@@ -436,12 +479,12 @@ func printInspect(w io.Writer, o *inspectOut) {
 	case strings.Contains(o.Redo.Ignored, "already applied"):
 		fmt.Fprintf(w, "db.redo: %d bytes, already applied\n", o.Redo.Size)
 	case o.Redo.Ignored != "":
-		fmt.Fprintf(w, "db.redo: %d bytes, ignored: %s\n", o.Redo.Size, o.Redo.Ignored)
+		fmt.Fprintf(w, "db.redo: %d bytes, ignored: %s\n", o.Redo.Size, oneLine(o.Redo.Ignored))
 	default:
 		fmt.Fprintf(w, "db.redo: %d bytes, already applied\n", o.Redo.Size)
 	}
 	if o.Journal.Error != "" {
-		fmt.Fprintf(w, "journal: ERROR %s\n", o.Journal.Error)
+		fmt.Fprintf(w, "journal: ERROR %s\n", oneLine(o.Journal.Error))
 	} else {
 		fmt.Fprintf(w, "journal: %d segments, %d records in %d batches, tail %s", len(o.Journal.Segments),
 			o.Journal.Records, o.Journal.Batches, o.Journal.Tail)
@@ -455,7 +498,7 @@ func printInspect(w io.Writer, o *inspectOut) {
 		}
 	}
 	if o.Store.Error != "" {
-		fmt.Fprintf(w, "store: ERROR %s\n", o.Store.Error)
+		fmt.Fprintf(w, "store: ERROR %s\n", oneLine(o.Store.Error))
 	} else {
 		fmt.Fprintf(w, "checkpoint %s plus the journal after it, replayed in memory:\n", o.Store.AsOf)
 		fmt.Fprintf(w, "indexes: %d\n", len(o.Store.Indexes))
@@ -503,6 +546,6 @@ func escBytes(b []byte) string { return esc(string(b)) }
 
 func printProblems(w io.Writer, ps []problem) {
 	for _, p := range ps {
-		fmt.Fprintf(w, "%s: %s: %s\n", p.Severity, p.Area, p.Message)
+		fmt.Fprintf(w, "%s: %s: %s\n", p.Severity, p.Area, oneLine(p.Message))
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -102,23 +103,69 @@ func (p *progress) done() {
 	fmt.Fprintf(p.w, "\r%s: %d done\n", p.what, p.n)
 }
 
-// oneArg parses the single DIR argument of a subcommand.
+// oneArg parses the single DIR argument of a subcommand (not empty: see
+// pathArg).
 func oneArg(fs *flag.FlagSet) (string, bool) {
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return "", false
 	}
+	if !pathArg(fs, "DIR", fs.Arg(0)) {
+		return "", false
+	}
 	return fs.Arg(0), true
 }
+
+// pathArg reports whether p, the positional argument what (DIR, FILE) of
+// fs's subcommand, is a path. An empty one is a usage error, said on fs's
+// output: the file system would take it for the current directory.
+func pathArg(fs *flag.FlagSet, what, p string) bool {
+	if p != "" {
+		return true
+	}
+	hint := "name a file"
+	if what == "DIR" {
+		hint = "name a directory (. for the current one)"
+	}
+	fmt.Fprintf(fs.Output(), "kdbtool %s: %s is empty: %s\n", fs.Name(), what, hint)
+	fs.Usage()
+	return false
+}
+
+// usageErr prints a usage error of fs's subcommand about one flag's value
+// and the subcommand's usage, and returns exitUsage.
+func usageErr(fs *flag.FlagSet, format string, a ...any) int {
+	fmt.Fprintf(fs.Output(), "kdbtool %s: %s\n", fs.Name(), fmt.Sprintf(format, a...))
+	fs.Usage()
+	return exitUsage
+}
+
+// oneLine returns s as one line of human output: errors.Join (the page
+// file's "no intact meta slot" joins one error per slot) separates its
+// errors by newlines, which become "; ".
+func oneLine(s string) string {
+	if !strings.ContainsAny(s, "\r\n") {
+		return s
+	}
+	lines := strings.FieldsFunc(s, func(r rune) bool { return r == '\n' || r == '\r' })
+	return strings.Join(lines, "; ")
+}
+
+// errLine is err's message on one line (oneLine), for the human output.
+func errLine(err error) string { return oneLine(errString(err)) }
 
 // storeExists reports whether dir holds a store (db.data), so that the
 // read-only subcommands never create one. A directory that lost its
 // db.data but still holds what only a store leaves (journal segments,
 // db.free, db.redo) is ErrCorrupt (exit 1), with kdb.Open's explanation.
+//
+// A db.data that is not a regular file (a directory, a FIFO, a device) is
+// a damaged store too, ErrCorrupt (exit 1) for every subcommand, and is
+// never opened (a FIFO's open would block).
 func storeExists(dir string) error {
-	_, err := os.Stat(filepath.Join(dir, "db.data"))
+	st, err := os.Stat(filepath.Join(dir, "db.data"))
 	if err == nil {
-		return nil
+		return dataFileKind(dir, st)
 	}
 	if errors.Is(err, os.ErrNotExist) {
 		// A read-only Open creates and writes nothing; it refuses such a
@@ -132,6 +179,25 @@ func storeExists(dir string) error {
 		}
 	}
 	return fmt.Errorf("%s is not a kdb store: %w", dir, err)
+}
+
+// dataFileKind returns nil if st, the Stat of dir's db.data, is a regular
+// file, else an ErrCorrupt that says what it is.
+func dataFileKind(dir string, st os.FileInfo) error {
+	if st.Mode().IsRegular() {
+		return nil
+	}
+	what := "a " + st.Mode().Type().String()
+	switch {
+	case st.IsDir():
+		what = "a directory"
+	case st.Mode()&os.ModeNamedPipe != 0:
+		what = "a FIFO"
+	case st.Mode()&os.ModeDevice != 0:
+		what = "a device"
+	}
+	return fmt.Errorf("%w: %s is %s, not a regular file; move it aside, then kdbtool repair says whether db.data can be rebuilt from the journal",
+		kdb.ErrCorrupt, filepath.Join(dir, "db.data"), what)
 }
 
 // dataLost reports whether dir is a store that lost its db.data (storeExists

@@ -41,7 +41,7 @@ func printRecovery(w io.Writer, r kdb.RecoveryReport) {
 	fmt.Fprintf(w, "checkpoint:    %s\n", r.CheckpointID)
 	fmt.Fprintf(w, "free list:     %s", r.FreeListPath)
 	if r.Reason != "" {
-		fmt.Fprintf(w, " (%s)", r.Reason)
+		fmt.Fprintf(w, " (%s)", oneLine(r.Reason))
 	}
 	fmt.Fprintf(w, ", %d pages scanned, %d free pages, %.1f ms\n", r.PagesScanned, r.FreePages, ms(r.FreeListTime))
 	if r.FreeListLied {
@@ -59,7 +59,7 @@ func printRecovery(w io.Writer, r kdb.RecoveryReport) {
 		fmt.Fprintf(w, "torn tail:     %d bytes truncated at %s\n", r.TornBytesTruncated, r.TornAt)
 	}
 	for _, s := range r.Skipped {
-		fmt.Fprintf(w, "skipped:       %s\n", s)
+		fmt.Fprintf(w, "skipped:       %s\n", oneLine(s))
 	}
 	fmt.Fprintf(w, "checkpointed:  %v (%.1f ms)\n", r.Checkpointed, ms(r.CheckpointTime))
 	fmt.Fprintf(w, "total:         %.1f ms\n", ms(r.TotalTime))
@@ -83,7 +83,7 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 		db, err = kdb.Open(dir, &kdb.Options{ForceFreeListScan: *forceScan, SkipDamagedJournal: *skip})
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool recover: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool recover: %s\n", errLine(err))
 		if *asJSON {
 			writeJSON(stdout, map[string]any{"error": err.Error(), "corrupt": isCorrupt(err)})
 		}
@@ -92,7 +92,7 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 	// Close waits for the checkpoint recovery asked for (or takes one), so
 	// the report read after it says whether and how long.
 	if err := db.Close(); err != nil {
-		fmt.Fprintf(stderr, "kdbtool recover: close: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool recover: close: %s\n", errLine(err))
 		return exitIO
 	}
 	rep := db.Recovery()

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
 	"github.com/kdb-project/kdb/vfs"
 )
@@ -67,7 +68,7 @@ func runRepair(args []string, stdout, stderr io.Writer) int {
 	}
 	out, err := repairStore(dir, *apply, *rebuild, stderr)
 	if out == nil {
-		fmt.Fprintf(stderr, "kdbtool repair: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool repair: %s\n", errLine(err))
 		return exitFor(err)
 	}
 	if *asJSON {
@@ -78,7 +79,7 @@ func runRepair(args []string, stdout, stderr io.Writer) int {
 		printRepair(stdout, out)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool repair: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool repair: %s\n", errLine(err))
 		return exitFor(err)
 	}
 	if !out.OK {
@@ -118,7 +119,10 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		return nil, ioErr
 	}
 	out := &repairOut{Dir: dir, Apply: apply, Problems: chk.Problems, Actions: []repairAction{}, Unfixable: []string{}, Saved: []string{}}
-	if in.raw.TrustedFile != "db.free" || in.raw.Lies > 0 {
+	// A db.data shorter than its page count: Open refuses it, so only a
+	// rebuild of the index from the journal can help.
+	short := in.DataSize < int64(in.Meta.PageCount)*int64(in.PageSize)
+	if !short && (in.raw.TrustedFile != "db.free" || in.raw.Lies > 0) {
 		why := in.raw.Reason
 		switch {
 		case in.raw.Lies > 0:
@@ -138,7 +142,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		out.Actions = append(out.Actions, repairAction{actTruncateTail,
 			fmt.Sprintf("truncate the torn journal tail: %d bytes at %s", in.Journal.TornBytes, in.Journal.TornAt)})
 	}
-	indexBroken := false
+	indexBroken := short
 	for _, p := range chk.Problems {
 		// A store that fails to open because of the journal is the
 		// journal's problem, reported below.
@@ -155,7 +159,8 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 				first = in.Journal.Segments[0].Name
 			}
 			out.Unfixable = append(out.Unfixable, fmt.Sprintf(
-				"cannot rebuild the index: the journal starts at %s, not db-1.log (older segments were removed after checkpoints), so it no longer holds every write", first))
+				"cannot rebuild the index: the journal starts at %s, not db-1.log (older segments were removed after checkpoints), so it no longer holds every write%s",
+				first, skipDamagedHint(in)))
 		} else {
 			out.Actions = []repairAction{{actRebuildIndex,
 				"move db.data, db.redo, db.free and db.free.prev aside as .broken and rebuild them by replaying the whole journal"}}
@@ -166,7 +171,13 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 			indexBroken = false
 		}
 	} else if indexBroken {
-		out.Unfixable = append(out.Unfixable, "the index or store is damaged; rerun with --rebuild-index to rebuild it from the journal")
+		if ok, first := journalFromStart(in.Journal, in.jerr); ok {
+			out.Unfixable = append(out.Unfixable, "the index or store is damaged; rerun with --rebuild-index to rebuild it from the journal, which still begins at db-1.log")
+		} else {
+			out.Unfixable = append(out.Unfixable, fmt.Sprintf(
+				"the index or store is damaged, and --rebuild-index cannot rebuild it: the journal starts at %s, not db-1.log, so it no longer holds every write%s",
+				first, skipDamagedHint(in)))
+		}
 	}
 	if in.jerr != nil {
 		out.Unfixable = append(out.Unfixable, "the journal is damaged before its tail: "+in.jerr.Error()+
@@ -184,6 +195,22 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		lastSeg = in.Journal.Segments[n-1].Name
 	}
 	return carryOut(dir, out, lastSeg, in.PageSize, fsys, stderr)
+}
+
+// skipDamagedHint is what to do about a store whose open fails because
+// of its journal (segments the index needs are missing) when the index
+// cannot be rebuilt: open it accepting the loss, or else restore it.
+func skipDamagedHint(in *inspectOut) string {
+	if in.serr != nil && isJournalDamage(in.serr) {
+		return "; kdbtool recover --skip-damaged opens the store accepting the loss of what the missing or damaged journal held (its report lists it)"
+	}
+	return "; restore the store from a backup"
+}
+
+// isJournalDamage reports whether err is about the journal's bytes or
+// segments (ErrCorrupt of the journal), which recover --skip-damaged skips.
+func isJournalDamage(err error) bool {
+	return errors.Is(err, journal.ErrCorrupt) || errors.Is(err, journal.ErrTornTail)
 }
 
 // repairLostData plans (and with apply carries out) the repair of a store
@@ -385,10 +412,10 @@ func printRepair(w io.Writer, o *repairOut) {
 		verb = "would (refused, nothing changed)"
 	}
 	for _, a := range o.Actions {
-		fmt.Fprintf(w, "%s: %s\n", verb, a.Detail)
+		fmt.Fprintf(w, "%s: %s\n", verb, oneLine(a.Detail))
 	}
 	for _, u := range o.Unfixable {
-		fmt.Fprintf(w, "cannot repair: %s\n", u)
+		fmt.Fprintf(w, "cannot repair: %s\n", oneLine(u))
 	}
 	if len(o.Saved) > 0 {
 		sort.Strings(o.Saved)

@@ -5,12 +5,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
 	mrand "math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +52,15 @@ func stressValue(key string, size int) []byte {
 	return v
 }
 
+// Bounds of stress's flags. The segment sizes are those kdb.Options
+// accepts (its validate); the journal's own format allows up to 2 GiB
+// (docs/FORMAT.md §4.1), the engine's options up to 1 GiB.
+const (
+	maxStressWriters = 1024
+	minSegmentSize   = 64 << 10
+	maxSegmentSize   = 1 << 30
+)
+
 type stressOut struct {
 	Dir         string  `json:"dir"`
 	Index       string  `json:"index"`
@@ -72,11 +83,11 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("stress", "DIR", stderr)
 	asJSON := fs.Bool("json", false, "print the summary on stderr as one JSON document")
 	size := fs.Int("size", 1024, "value size in bytes")
-	writers := fs.Int("writers", 4, "concurrent writers")
+	writers := fs.Int("writers", 4, "concurrent writers (1 to 1024)")
 	count := fs.Int64("count", 0, "total writes to acknowledge (0: until --duration or a signal; default 1000 if neither is set)")
 	duration := fs.Duration("duration", 0, "how long to write (0: until --count or a signal)")
 	index := fs.String("index", "stress", "the index to write to")
-	segSize := fs.Int64("segment-size", 0, "journal segment size for a new store (0: the default)")
+	segSize := fs.Int64("segment-size", 0, "journal segment size for a new store, 64 KiB to 1 GiB (0: the default, 32 MiB)")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
@@ -84,9 +95,20 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	if !ok {
 		return exitUsage
 	}
-	if *size < 0 || *size > kdb.MaxValueSize || *writers < 1 || *count < 0 || *duration < 0 {
-		fmt.Fprintf(stderr, "kdbtool stress: bad --size, --writers, --count or --duration\n")
-		return exitUsage
+	switch {
+	case *size < 0 || *size > kdb.MaxValueSize:
+		return usageErr(fs, "--size %d: want 0 to %d bytes (kdb.MaxValueSize)", *size, kdb.MaxValueSize)
+	case *writers < 1 || *writers > maxStressWriters:
+		return usageErr(fs, "--writers %d: want 1 to %d", *writers, maxStressWriters)
+	case *count < 0:
+		return usageErr(fs, "--count %d: want 0 (until --duration or a signal) or more", *count)
+	case *duration < 0:
+		return usageErr(fs, "--duration %v: want 0 (until --count or a signal) or more", *duration)
+	case *segSize != 0 && (*segSize < minSegmentSize || *segSize > maxSegmentSize):
+		return usageErr(fs, "--segment-size %d: want 0 (the default, 32 MiB) or %d (64 KiB) to %d (1 GiB)",
+			*segSize, minSegmentSize, maxSegmentSize)
+	case *index == "":
+		return usageErr(fs, "--index is empty: name the index to write to")
 	}
 	if *count == 0 && *duration == 0 {
 		*count = 1000
@@ -95,9 +117,18 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	rand.Read(rb[:])
 	runID := hex.EncodeToString(rb[:])
 
+	if st, err := os.Stat(filepath.Join(dir, "db.data")); err == nil {
+		if err := dataFileKind(dir, st); err != nil {
+			fmt.Fprintf(stderr, "kdbtool stress: %s\n", errLine(err))
+			return exitFor(err)
+		}
+	}
 	db, err := kdb.Open(dir, &kdb.Options{SegmentSize: *segSize})
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool stress: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool stress: %s\n", errLine(err))
+		if errors.Is(err, kdb.ErrInvalid) {
+			return exitUsage // an option the checks above let through
+		}
 		return exitFor(err)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -165,7 +196,7 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "stress: %d writes of %d bytes acknowledged by %d writers in %.2fs (%.0f/s, %.1f MiB/s), run %s\n",
 			so.Acked, so.Size, so.Writers, secs, so.PerSec, so.MiBPerS, runID)
 		if firstErr != nil {
-			fmt.Fprintf(stderr, "stress: %v\n", firstErr)
+			fmt.Fprintf(stderr, "stress: %s\n", errLine(firstErr))
 		}
 	}
 	if firstErr != nil {
@@ -201,25 +232,28 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
+	if *index == "" {
+		return usageErr(fs, "--index is empty: name the index stress wrote to")
+	}
 	var in io.Reader = os.Stdin
 	if *ackedPath != "-" {
 		f, err := os.Open(*ackedPath)
 		if err != nil {
-			fmt.Fprintf(stderr, "kdbtool verify: %v\n", err)
+			fmt.Fprintf(stderr, "kdbtool verify: %s\n", errLine(err))
 			return exitIO
 		}
 		defer f.Close()
 		in = f
 	}
 	if err := storeExists(dir); err != nil {
-		fmt.Fprintf(stderr, "kdbtool verify: %v\n", err)
-		return exitIO
+		fmt.Fprintf(stderr, "kdbtool verify: %s\n", errLine(err))
+		return exitFor(err) // a store that lost db.data is ErrCorrupt: 1, as for check and recover
 	}
 	// By default verify opens the store as the application would after a
 	// crash: recovery runs (and is reported on stderr).
 	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: *readOnly})
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool verify: %v\n", err)
+		fmt.Fprintf(stderr, "kdbtool verify: %s\n", errLine(err))
 		return exitFor(err)
 	}
 	defer db.Close()
@@ -248,13 +282,13 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		case errIsNotFound(err):
 			out.Missing = append(out.Missing, key)
 		default:
-			fmt.Fprintf(stderr, "kdbtool verify: %s: %v\n", key, err)
+			fmt.Fprintf(stderr, "kdbtool verify: %s: %s\n", key, errLine(err))
 			return exitFor(err)
 		}
 	}
 	p.done()
 	if err := sc.Err(); err != nil {
-		fmt.Fprintf(stderr, "kdbtool verify: reading %s: %v\n", *ackedPath, err)
+		fmt.Fprintf(stderr, "kdbtool verify: reading %s: %s\n", *ackedPath, errLine(err))
 		return exitIO
 	}
 	out.OK = len(out.Missing) == 0 && len(out.Mismatched) == 0

@@ -1,0 +1,191 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kdb-project/kdb/internal/kdbtest"
+	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/vfs"
+)
+
+// everyCommand is each subcommand that reads a store, run on dir (acked:
+// a --acked file for verify).
+func everyCommand(t *testing.T, dir, acked string) [][]string {
+	t.Helper()
+	return [][]string{
+		{"inspect", dir}, {"check", dir}, {"recover", dir}, {"verify", "--acked", acked, dir},
+		{"repair", dir}, {"repair", "--apply", dir}, {"dump", "--index", "users", dir},
+		{"export", dir, filepath.Join(t.TempDir(), "x.kdbx")},
+	}
+}
+
+func ackedFile(t *testing.T) string {
+	t.Helper()
+	f := filepath.Join(t.TempDir(), "acked")
+	if err := os.WriteFile(f, []byte("user-00001\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestExitCodes_DataFileNotRegular: db.data replaced by a directory or a
+// FIFO is a damaged store for every command: exit 1 with one message (it
+// was 1 for inspect and check, 3 for recover and verify, and a FIFO made
+// inspect block for ever). The commands run as child processes with a
+// timeout.
+func TestExitCodes_DataFileNotRegular(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"directory", "FIFO"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			dir := makeStore(t, 100)
+			data := filepath.Join(dir, "db.data")
+			if err := os.Rename(data, data+".moved"); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if kind == "directory" {
+				err = os.Mkdir(data, 0o750)
+			} else {
+				err = syscall.Mkfifo(data, 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range everyCommand(t, dir, ackedFile(t)) {
+				code, out, errs := runChildTimeout(t, 20*time.Second, args...)
+				if code != exitProblems || !strings.Contains(out+errs, "db.data is a "+kind+", not a regular file") {
+					t.Errorf("%q: exit %d, want 1 naming the %s:\n%s%s", args, code, kind, out, errs)
+				}
+			}
+		})
+	}
+}
+
+// TestExitCodes_LostDataFileVerify: verify on a store that lost db.data
+// exits 1 (ErrCorrupt), as check and recover do; it was 3.
+func TestExitCodes_LostDataFileVerify(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 100)
+	if err := os.Remove(filepath.Join(dir, "db.data")); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range everyCommand(t, dir, ackedFile(t)) {
+		code, out, errs := runTool(t, args...)
+		if code != exitProblems || !strings.Contains(out+errs, "db.data is missing") {
+			t.Errorf("%q: exit %d, want 1:\n%s%s", args, code, out, errs)
+		}
+	}
+}
+
+// TestOutput_NoIntactMetaSlotOneLine: with both meta slots damaged, the
+// error (errors.Join of one error per slot) is one line of human output
+// everywhere, naming both slots.
+func TestOutput_NoIntactMetaSlotOneLine(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 100)
+	for _, off := range []int64{4096 + 40, 8192 + 40} {
+		if err := kdbtest.FlipBit(vfs.OS, filepath.Join(dir, "db.data"), off, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, args := range everyCommand(t, dir, ackedFile(t)) {
+		code, out, errs := runTool(t, args...)
+		if code != exitProblems {
+			t.Errorf("%q: exit %d, want 1", args, code)
+		}
+		found := false
+		for _, line := range strings.Split(out+errs, "\n") {
+			if strings.Contains(line, "no intact meta slot") {
+				found = true
+				if !strings.Contains(line, "meta slot 0") || !strings.Contains(line, "meta slot 1") {
+					t.Errorf("%q: the error is not one line naming both slots: %q", args, line)
+				}
+			} else if strings.Contains(line, "meta slot 1: checksum mismatch") {
+				t.Errorf("%q: a slot's error on a line of its own: %q", args, line)
+			}
+		}
+		if !found {
+			t.Errorf("%q: no \"no intact meta slot\":\n%s%s", args, out, errs)
+		}
+	}
+}
+
+// TestRepair_AdviceWhenJournalCollected: a store whose db-1.log is gone
+// (its index still refers to values kept there) cannot be rebuilt by
+// --rebuild-index, so repair must not advise it: it advises recover
+// --skip-damaged, which works.
+func TestRepair_AdviceWhenJournalCollected(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 6000)
+	if err := os.Remove(filepath.Join(dir, "db-1.log")); err != nil {
+		t.Fatal(err)
+	}
+	code, m := runJSON(t, "repair", "--json", dir)
+	unfixable := jsonString(m["unfixable"])
+	if code != exitProblems || strings.Contains(unfixable, "rerun with --rebuild-index") ||
+		!strings.Contains(unfixable, "the journal starts at db-2.log, not db-1.log") ||
+		!strings.Contains(unfixable, "kdbtool recover --skip-damaged") {
+		t.Errorf("repair: exit %d, unfixable:\n%s", code, unfixable)
+	}
+	// What it would have advised is refused, saying the same.
+	code, m = runJSON(t, "repair", "--json", "--apply", "--rebuild-index", dir)
+	if code != exitProblems || !strings.Contains(jsonString(m["unfixable"]), "kdbtool recover --skip-damaged") {
+		t.Errorf("repair --apply --rebuild-index: exit %d, %v", code, m["unfixable"])
+	}
+	// What it advises works.
+	if code, _, errs := runTool(t, "recover", "--skip-damaged", dir); code != exitOK {
+		t.Errorf("recover --skip-damaged: exit %d: %s", code, errs)
+	}
+}
+
+// TestRepair_ShortDataFile: db.data cut to half its page count. Open refuses
+// it, so a free-list rebuild (recover --force-scan, repair --apply) cannot
+// help and no message may advise one: check names the short page file and
+// advises repair --rebuild-index (the journal begins at db-1.log), which
+// works.
+func TestRepair_ShortDataFile(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 6000)
+	in, err := pagefile.Inspect(vfs.OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(filepath.Join(dir, "db.data"), int64(in.Meta.PageCount/2)*int64(in.PageSize)); err != nil {
+		t.Fatal(err)
+	}
+	want := "shorter than its"
+	for _, cmd := range []string{"inspect", "check", "repair"} {
+		code, m := runJSON(t, cmd, "--json", dir)
+		all := fmt.Sprint(m["problems"], m["unfixable"], m["actions"])
+		if code != exitProblems || !strings.Contains(all, want) {
+			t.Errorf("%s: exit %d, want 1 with %q: %s", cmd, code, want, all)
+		}
+		if strings.Contains(all, "rebuild it: kdbtool recover --force-scan") || strings.Contains(all, "recover --force-scan does the same") ||
+			strings.Contains(all, actRebuildFreeList) {
+			t.Errorf("%s: advises a free-list rebuild for a short db.data: %s", cmd, all)
+		}
+		if cmd == "check" && !strings.Contains(all, "kdbtool repair --apply --rebuild-index rebuilds it") {
+			t.Errorf("check: no --rebuild-index advice: %s", all)
+		}
+		if cmd == "repair" && !strings.Contains(all, "rerun with --rebuild-index") {
+			t.Errorf("repair: no --rebuild-index advice: %s", all)
+		}
+	}
+	if code, _, _ := runTool(t, "recover", "--force-scan", dir); code != exitProblems {
+		t.Errorf("recover --force-scan on a short db.data: exit %d, want 1 (it cannot help)", code)
+	}
+	code, m := runJSON(t, "repair", "--json", "--apply", "--rebuild-index", dir)
+	if code != exitOK {
+		t.Fatalf("repair --apply --rebuild-index: exit %d: %v", code, m)
+	}
+	if code, out, _ := runTool(t, "check", dir); code != exitOK {
+		t.Errorf("check after the rebuild: exit %d\n%s", code, out)
+	}
+}

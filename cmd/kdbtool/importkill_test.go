@@ -1,0 +1,194 @@
+package main
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/kdb-project/kdb/vfs"
+)
+
+// importLeftovers lists the temporary directories of imports into dir.
+func importLeftovers(t *testing.T, dir string) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+".import-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// TestImport_KilledLeavesNoStore: an import SIGKILLed halfway (it reads
+// the snapshot from a FIFO that the test fills halfway and holds open, so
+// the kill lands mid-import every time) leaves no DIR: check does not
+// call anything there a store. The import run again succeeds, says it
+// removed the leftover, and leaves none.
+func TestImport_KilledLeavesNoStore(t *testing.T) {
+	t.Parallel()
+	src := makeStore(t, 6000)
+	file := filepath.Join(t.TempDir(), "full.kdbx")
+	if code, _, errs := runTool(t, "export", src, file); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errs)
+	}
+	snap, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	parent := t.TempDir()
+	dst := filepath.Join(parent, "imp")
+	cmd := exec.Command(os.Args[0], "import", fifo, dst)
+	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bw := bufio.NewWriter(w)
+	if _, err := bw.Write(snap[:len(snap)*3/4]); err != nil {
+		t.Fatal(err)
+	}
+	if err := bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// The import has read what the pipe held and waits for more: wait for
+	// its store (wherever it builds it) to hold keys, then kill it.
+	deadline := time.Now().Add(20 * time.Second)
+	for building := false; !building; {
+		for _, d := range append(importLeftovers(t, dst), dst) {
+			if st, err := os.Stat(filepath.Join(d, "db-1.log")); err == nil && st.Size() > 0 {
+				building = true
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no store is being built for %s", dst)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	w.Close()
+	if cmd.ProcessState.Success() {
+		t.Fatalf("the import finished before the kill")
+	}
+
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Fatalf("a killed import left %s: %v", dst, err)
+	}
+	left := importLeftovers(t, dst)
+	if len(left) != 1 {
+		t.Fatalf("leftovers %v, want the killed import's temporary directory", left)
+	}
+	if fi, err := os.Stat(left[0]); err != nil || fi.Mode().Perm()&0o027 != 0 {
+		t.Errorf("temporary directory %v: want no group write, no access for others (%v)", fi.Mode(), err)
+	}
+	if code, out, _ := runTool(t, "check", dst); code == exitOK || strings.Contains(out, "ok\n") {
+		t.Errorf("check of the killed import's DIR: exit %d\n%s", code, out)
+	}
+
+	code, m := runJSON(t, "import", "--json", file, dst)
+	if code != exitOK {
+		t.Fatalf("import again: exit %d: %v", code, m)
+	}
+	if !strings.Contains(jsonString(m["warnings"]), "removed what 1 interrupted import(s) into "+dst+" left") {
+		t.Errorf("import again: warnings %v", m["warnings"])
+	}
+	if left := importLeftovers(t, dst); len(left) != 0 {
+		t.Errorf("left after the second import: %v", left)
+	}
+	if code, out, _ := runTool(t, "check", dst); code != exitOK {
+		t.Errorf("check of the import: exit %d\n%s", code, out)
+	}
+	if storeContent(t, dst) != storeContent(t, src) {
+		t.Errorf("the imported store differs from the exported one")
+	}
+}
+
+// TestImport_Targets: an import into an existing empty directory works; a
+// non-empty directory (not a store) is refused, exit 1, and left as it was;
+// a failed import leaves no temporary directory.
+func TestImport_Targets(t *testing.T) {
+	t.Parallel()
+	src := makeStore(t, 100)
+	file := filepath.Join(t.TempDir(), "s.kdbx")
+	if code, _, errs := runTool(t, "export", src, file); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errs)
+	}
+	empty := t.TempDir()
+	if code, _, errs := runTool(t, "import", file, empty); code != exitOK {
+		t.Errorf("import into an empty directory: exit %d: %s", code, errs)
+	}
+	if code, _, _ := runTool(t, "check", empty); code != exitOK {
+		t.Errorf("check after the import into an empty directory: exit %d", code)
+	}
+	full := t.TempDir()
+	if err := os.WriteFile(filepath.Join(full, "notes"), []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runTool(t, "import", file, full)
+	if code != exitProblems || !strings.Contains(errs, "is not empty") {
+		t.Errorf("import into a non-empty directory: exit %d: %s", code, errs)
+	}
+	if ents, _ := os.ReadDir(full); len(ents) != 1 {
+		t.Errorf("the non-empty directory changed: %v", ents)
+	}
+	if left := importLeftovers(t, full); len(left) != 0 {
+		t.Errorf("a refused import left %v", left)
+	}
+}
+
+// TestExport_RemovesStaleTemp: the temporary file a killed export left
+// (.FILE.tmp-DIGITS) is removed by the next export to FILE, which says so;
+// one whose lock is held (an export running meanwhile) and names of other
+// patterns are left alone.
+func TestExport_RemovesStaleTemp(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 100)
+	out := t.TempDir()
+	file := filepath.Join(out, "snap.kdbx")
+	stale := filepath.Join(out, ".snap.kdbx.tmp-123456")
+	busy := filepath.Join(out, ".snap.kdbx.tmp-777")
+	other := filepath.Join(out, ".snap.kdbx.tmp-12ab")
+	for _, p := range []string{stale, busy, other} {
+		if err := os.WriteFile(p, []byte("partial snapshot"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lk, err := vfs.OS.Lock(busy)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	code, m := runJSON(t, "export", "--json", dir, file)
+	if code != exitOK {
+		t.Fatalf("export: exit %d: %v", code, m)
+	}
+	if w := jsonString(m["warnings"]); !strings.Contains(w, "removed .snap.kdbx.tmp-123456, the temporary file of an interrupted export") ||
+		strings.Contains(w, "777") {
+		t.Errorf("warnings: %q", w)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("the stale temporary file is still there: %v", err)
+	}
+	for _, p := range []string{busy, other} {
+		if b, err := os.ReadFile(p); err != nil || string(b) != "partial snapshot" {
+			t.Errorf("%s was touched: %q %v", p, b, err)
+		}
+	}
+	if code, _, errs := runTool(t, "import", file, filepath.Join(t.TempDir(), "copy")); code != exitOK {
+		t.Errorf("import of the export: exit %d: %s", code, errs)
+	}
+}

@@ -1,0 +1,214 @@
+package kdb
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/kdb-project/kdb/vfs"
+)
+
+// importSnapshot returns a snapshot of a small store with values kept
+// inline and in the journal, and the store's content.
+func importSnapshot(t *testing.T) ([]byte, map[string]string) {
+	t.Helper()
+	mem := vfs.NewMem()
+	db, err := Open("/src", &Options{FS: mem, SegmentSize: 256 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 60; i++ {
+		if err := db.Put("x", []byte(fmt.Sprintf("k%03d", i)), bytes.Repeat([]byte{byte(i)}, i*30)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var snap bytes.Buffer
+	if _, err := db.Export(&snap); err != nil {
+		t.Fatal(err)
+	}
+	want := rawDump(t, db)
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return snap.Bytes(), want
+}
+
+// tempDirsOf lists the names in parent that look like Import's temporary
+// directories for base.
+func tempDirsOf(t *testing.T, fsys vfs.FS, parent, base string) []string {
+	t.Helper()
+	names, err := fsys.ReadDir(parent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, n := range names {
+		if strings.HasPrefix(n, "."+base+importTempInfix) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// requireImported opens dir on fsys and requires want's content.
+func requireImported(t *testing.T, fsys vfs.FS, dir string, want map[string]string) {
+	t.Helper()
+	db, err := Open(dir, &Options{FS: fsys})
+	if err != nil {
+		t.Fatalf("open %s: %v", dir, err)
+	}
+	defer db.Close()
+	got := rawDump(t, db)
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d entries, want %d", dir, len(got), len(want))
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("%s: entry %q differs", dir, k)
+		}
+	}
+}
+
+// TestImport_InterruptedLeavesNoStore kills (a process crash: the
+// namespace as it is) an Import before each of its writes, and crashes it
+// (a power loss: the durable namespace and synced bytes only) before every
+// third: dir is never a
+// partial store, only absent or the whole import; and an Import run again
+// on that state succeeds, removing the leftover temporary directory.
+func TestImport_InterruptedLeavesNoStore(t *testing.T) {
+	snap, want := importSnapshot(t)
+	mem := vfs.NewMem()
+	type point struct {
+		n    int
+		fsys *vfs.MemFS
+	}
+	var points []point
+	n := 0
+	fsys := vfs.Intercept(mem, func(e vfs.Event) error {
+		if e.Op.Mutating() {
+			n++
+			points = append(points, point{n, mem.ProcessCrashClone()})
+			if n%3 == 0 {
+				points = append(points, point{n, mem.CrashClone(vfs.CrashOptions{KeepUnsynced: 0.5, Seed: int64(n)})})
+			}
+		}
+		return nil
+	})
+	if _, err := Import("/top/dst", bytes.NewReader(snap), &Options{FS: fsys}); err != nil {
+		t.Fatal(err)
+	}
+	points = append(points, point{n + 1, mem.CrashClone(vfs.CrashOptions{Seed: 1})})
+	if len(points) < 20 {
+		t.Fatalf("only %d points", len(points))
+	}
+	complete := 0
+	for i, p := range points {
+		exists, err := vfs.Exists(p.fsys, "/top/dst")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if exists {
+			// Only the rename creates dst: it is the whole store.
+			requireImported(t, p.fsys, "/top/dst", want)
+			complete++
+			continue
+		}
+		if _, err := Open("/top/dst", &Options{FS: p.fsys, ReadOnly: true}); err == nil {
+			t.Fatalf("point %d (write %d): a read-only open of the absent dst succeeded", i, p.n)
+		}
+		rep, err := Import("/top/dst", bytes.NewReader(snap), &Options{FS: p.fsys})
+		if err != nil {
+			t.Fatalf("point %d (write %d): import again: %v", i, p.n, err)
+		}
+		if left := tempDirsOf(t, p.fsys, "/top", "dst"); len(left) != 0 {
+			t.Fatalf("point %d (write %d): %v left after the second import (removed %d)", i, p.n, left, rep.StaleRemoved)
+		}
+		requireImported(t, p.fsys, "/top/dst", want)
+	}
+	if complete == 0 {
+		t.Fatalf("no point after the rename")
+	}
+	t.Logf("%d points, %d with the store in place", len(points), complete)
+}
+
+// TestImport_TargetRules: an existing empty directory is replaced by the
+// import; a non-empty one, a file, a store and an empty name are refused
+// and left as they were; a failed import leaves neither dir nor a
+// temporary directory; a temporary directory in use (its lock held) is not
+// taken for a stale one.
+func TestImport_TargetRules(t *testing.T) {
+	snap, want := importSnapshot(t)
+	mem := vfs.NewMem()
+	o := &Options{FS: mem}
+	if err := mem.MkdirAll("/p/empty", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Import("/p/empty", bytes.NewReader(snap), o); err != nil {
+		t.Fatalf("import into an empty directory: %v", err)
+	}
+	requireImported(t, mem, "/p/empty", want)
+	if _, err := Import("/p/empty", bytes.NewReader(snap), o); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("import over a store: %v", err)
+	}
+	if err := mem.MkdirAll("/p/full", 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := vfs.WriteFileAtomic(mem, "/p/full/note", []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Import("/p/full", bytes.NewReader(snap), o); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("import into a non-empty directory: %v", err)
+	}
+	if names, _ := mem.ReadDir("/p/full"); len(names) != 1 {
+		t.Fatalf("the non-empty directory changed: %v", names)
+	}
+	if _, err := Import("/p/full/note", bytes.NewReader(snap), o); !errors.Is(err, ErrNotEmpty) {
+		t.Fatalf("import onto a file: %v", err)
+	}
+	if _, err := Import("", bytes.NewReader(snap), o); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("import into \"\": %v", err)
+	}
+	if _, err := Import("/p/bad", bytes.NewReader(snap[:len(snap)/2]), o); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("import of half a snapshot: %v", err)
+	}
+	if ok, _ := vfs.Exists(mem, "/p/bad"); ok {
+		t.Fatalf("a failed import created its directory")
+	}
+	if left := tempDirsOf(t, mem, "/p", "bad"); len(left) != 0 {
+		t.Fatalf("a failed import left %v", left)
+	}
+
+	// A temporary directory whose lock is held belongs to a running
+	// import: it stays; one whose lock is free is removed and counted.
+	busy := "/p/.busy" + importTempInfix + "0123456789abcdef"
+	stale := "/p/.busy" + importTempInfix + "fedcba9876543210"
+	for _, d := range []string{busy, stale} {
+		if err := mem.MkdirAll(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := vfs.WriteFileAtomic(mem, d+"/db.data", []byte("partial"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lk, err := mem.Lock(busy + "/lock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lk.Close()
+	rep, err := Import("/p/busy", bytes.NewReader(snap), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.StaleRemoved != 1 {
+		t.Errorf("StaleRemoved %d, want 1", rep.StaleRemoved)
+	}
+	if ok, _ := vfs.Exists(mem, busy+"/db.data"); !ok {
+		t.Errorf("the temporary directory in use was removed")
+	}
+	if ok, _ := vfs.Exists(mem, stale); ok {
+		t.Errorf("the stale temporary directory is still there")
+	}
+	requireImported(t, mem, "/p/busy", want)
+}
