@@ -127,6 +127,10 @@ type journalOut struct {
 	Tail      string       `json:"tail"`
 	TornBytes int64        `json:"torn_bytes"`
 	TornAt    string       `json:"torn_at,omitempty"`
+	// TornBeforeReplay says the torn tail begins at or before the
+	// checkpoint's replay position: bytes that were durable, so not a
+	// crash's torn tail but a journal cut short; recovery refuses it.
+	TornBeforeReplay bool `json:"torn_before_replay,omitempty"`
 	// AfterCheckpoint counts the user records after the checkpoint's
 	// replay position: what a recovery would replay (-1 if unknown).
 	AfterCheckpoint int64 `json:"records_after_checkpoint"`
@@ -284,7 +288,11 @@ func inspectStore(dir string) (*inspectOut, error) {
 
 	if out.Journal.Error != "" {
 		out.Problems = append(out.Problems, problem{"error", "journal", out.Journal.Error})
-	} else if out.Journal.TornBytes > 0 {
+	} else if out.Journal.TornBeforeReplay {
+		out.Problems = append(out.Problems, problem{"error", "journal",
+			fmt.Sprintf("the journal is cut or damaged at %s, at or before the checkpoint's replay position %s: those bytes were durable, so this is not a crash's torn tail (recovery refuses the store)", out.Journal.TornAt,
+				journal.Location{Segment: journal.SegmentID(out.Meta.ReplaySegment), Offset: int64(out.Meta.ReplayOffset)})})
+	} else if out.Journal.TornBytes > 0 || out.Journal.TornAt != "" {
 		out.Problems = append(out.Problems, problem{"warning", "journal",
 			fmt.Sprintf("torn tail: %d bytes at %s (recovery truncates them)", out.Journal.TornBytes, out.Journal.TornAt)})
 	}
@@ -366,6 +374,9 @@ func inspectJournal(dir string, m *pagefile.Meta) (journalOut, error) {
 		jo.TornAt = rep.TornAt.String()
 	}
 	replayed := journal.Location{Segment: journal.SegmentID(m.ReplaySegment), Offset: int64(m.ReplayOffset)}
+	if jo.TornAt != "" && !replayed.IsZero() && !replayed.Less(rep.TornAt) {
+		jo.TornBeforeReplay = true
+	}
 	jo.AfterCheckpoint = 0
 	if err := j.Iterate(journal.Location{Segment: replayed.Segment}, func(loc journal.Location, _ journal.Record) error {
 		if replayed.Less(loc) {

@@ -1,6 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/kdb-project/kdb"
@@ -79,4 +83,39 @@ func TestInspect_JournalAfterCheckpoint(t *testing.T) {
 	if jget(t, m, "journal.records_after_checkpoint") != float64(0) {
 		t.Errorf("inspect after recover: journal %v", m["journal"])
 	}
+}
+
+// TestInspect_JournalCutBeforeTheReplayPosition: a last segment cut short
+// below the meta's replay position is an error in inspect and check (the
+// store's open refuses it), not a torn-tail warning.
+func TestInspect_JournalCutBeforeTheReplayPosition(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 500)
+	code, m := runJSON(t, "inspect", "--json", dir)
+	if code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	seg := uint64(jget(t, m, "meta.replay_segment").(float64))
+	off := int64(jget(t, m, "meta.replay_offset").(float64))
+	if seg == 0 || off < 1000 {
+		t.Fatalf("replay position db-%d.log@%d: want one well inside its segment", seg, off)
+	}
+	if err := os.Truncate(filepath.Join(dir, fmt.Sprintf("db-%d.log", seg)), off-333); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshotFiles(t, dir)
+	for _, c := range []string{"inspect", "check"} {
+		code, out, errs := runTool(t, c, dir)
+		if code != exitProblems || !strings.Contains(out+errs, "error: journal: the journal is cut or damaged at") {
+			t.Fatalf("%s: exit %d\n%s%s", c, code, out, errs)
+		}
+	}
+	code, m = runJSON(t, "inspect", "--json", dir)
+	if code != exitProblems || jget(t, m, "journal.torn_before_replay") != true {
+		t.Fatalf("inspect --json: exit %d, torn_before_replay %v", code, jget(t, m, "journal.torn_before_replay"))
+	}
+	if code, _, _ := runTool(t, "recover", dir); code != exitProblems {
+		t.Fatalf("recover: exit %d, want %d", code, exitProblems)
+	}
+	requireSameFiles(t, before, snapshotFiles(t, dir))
 }
