@@ -265,10 +265,17 @@ func carryOut(dir string, out *repairOut, lastSeg string, pageSize int, fsys vfs
 	}
 	for _, name := range files {
 		p := filepath.Join(dir, name)
-		if _, err := os.Stat(p); err != nil {
-			continue
+		st, err := os.Stat(p)
+		if err != nil {
+			if _, lerr := os.Lstat(p); lerr != nil {
+				continue
+			}
+			st = nil // a dangling link: moved aside below
 		}
-		move := rebuilding && strings.HasPrefix(name, "db.")
+		// A name that is not a regular file (a directory, a FIFO, a link
+		// to a device) holds nothing of the store: it is moved aside, not
+		// copied, so the Open below can write the file there.
+		move := rebuilding && strings.HasPrefix(name, "db.") || st == nil || !st.Mode().IsRegular()
 		saved, err := saveBroken(p, move)
 		if err != nil {
 			return out, err

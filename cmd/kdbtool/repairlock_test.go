@@ -117,3 +117,31 @@ func TestRepair_ApplyOnNonStoreCreatesNothing(t *testing.T) {
 		t.Errorf("created %v", ents)
 	}
 }
+
+// TestRepair_FreeListNameIsADirectory: a directory (or a FIFO) where
+// db.free belongs is moved aside as .broken, not copied (the copy failed
+// half-way, exit 3), and the rebuilt free list takes its name.
+func TestRepair_FreeListNameIsADirectory(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 300)
+	free := filepath.Join(dir, "db.free")
+	if err := os.Remove(free); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(free, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runTool(t, "repair", "--apply", dir)
+	if code != exitOK || !strings.Contains(out, "check ok true") {
+		t.Fatalf("repair --apply: exit %d\n%s%s", code, out, errs)
+	}
+	if st, err := os.Stat(free); err != nil || !st.Mode().IsRegular() {
+		t.Fatalf("db.free after repair: %v", err)
+	}
+	if st, err := os.Stat(free + ".broken"); err != nil || !st.IsDir() {
+		t.Fatalf("the directory was not moved aside as db.free.broken: %v", err)
+	}
+	if code, _, _ := runTool(t, "check", dir); code != exitOK {
+		t.Fatalf("check after repair: exit %d", code)
+	}
+}
