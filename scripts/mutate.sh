@@ -66,6 +66,15 @@ m journal-open-dirsync-removed journal/scan.go \
 m torn-tail-relaxed journal/scan.go \
   'durable := fw.maxSynced > damageStart' 'durable := false' \
   './journal . ./broker' "damage before a frame that proves the bytes were synced is truncated as a torn tail (silent loss)"
+m torn-before-replay-position journal/scan.go \
+  'lost := last && id == j.opts.VerifyFrom.Segment && j.beforeReplayPosition(Location{id, damageStart})' 'lost := false' \
+  './journal . ./broker' "a last segment cut at or before the checkpoint's replay position is truncated as a torn tail, and new records land below the replay position (lost at the next crash)"
+m replay-accepts-forged-ops record.go \
+  'if err := checkOp(&o); err != nil {' 'if err := error(nil); err != nil {' \
+  '. ./broker' "replay applies batch ops the writer never journals (a drop of k/segrefs: journal GC deletes segments the index needs)"
+m damaged-page-freed-unchecked recovery/recover.go \
+  'owned, err := ix.Owns(ids)' 'owned, err := []pagefile.PageID(nil), error(nil)' \
+  './recovery . ./broker' "a page the free-list scan could not read is freed even when the index reaches it"
 # ---- Checkpoints: db.redo, db.data, db.free.
 m redo-sync-skipped pagefile/checkpoint.go \
   'if err := f.sync(f.redo, f.redoName); err != nil {' 'if err := error(nil); err != nil {' \
