@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/kdb-project/kdb/index"
 	"github.com/kdb-project/kdb/journal"
 )
 
@@ -48,7 +49,15 @@ func (db *DB) checkProgress(progress func(phase string, done uint64)) (*CheckRep
 	// background proof: neither free nor known in use, they would look
 	// leaked.
 	db.pf.WaitFreeListProof()
-	irep, err := db.ix.CheckProgress(pagesFn)
+	// Inside a View: Close keeps the page file mapped until the last
+	// running View returns, and the index check reads page slices of the
+	// mapping (run outside one, a Close meanwhile unmapped them: SIGSEGV).
+	var irep *index.CheckReport
+	err := db.View(func(*Snapshot) error {
+		var err error
+		irep, err = db.ix.CheckProgress(pagesFn)
+		return err
+	})
 	if err != nil {
 		return nil, wrapErr(err)
 	}

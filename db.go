@@ -343,6 +343,10 @@ func (db *DB) Sync() error {
 	return nil
 }
 
+// testHookCloseFiles, if set (by tests only), runs in Close after its
+// final checkpoint, just before the files are closed.
+var testHookCloseFiles func()
+
 // Close waits for writes in progress, takes a final checkpoint (unless the
 // handle failed, is read-only, or Options.NoCheckpointOnClose), and closes
 // the files. On return everything acknowledged is durable.
@@ -391,6 +395,9 @@ func (db *DB) Close() error {
 		if err := db.checkpoint(); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if testHookCloseFiles != nil {
+		testHookCloseFiles()
 	}
 	lingering := db.closeViews(deadline, func() {
 		if err := db.pf.Close(); err != nil {
