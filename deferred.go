@@ -3,6 +3,7 @@ package kdb
 import (
 	"errors"
 	"fmt"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -76,7 +77,11 @@ func (db *DB) Defer(fn func(tx *Txn) error, done func(err error)) error {
 // fn must be a function of the state it reads (it may run more than once:
 // when the transaction it joined fails, its writes are discarded with the
 // rest and fn runs again with the next one). If fn returns an error, its
-// writes are discarded and the transaction it joined goes on without them.
+// writes are discarded and the transaction it joined goes on without them;
+// a panic in fn is that error (wrapping ErrInvalid, logged with the stack):
+// fn runs in another caller's write or on a timer, where the panic would
+// reach a caller that has nothing to do with it. A panic in done is logged
+// and goes no further.
 // done, if not nil, is called once: by the goroutine that waited for the
 // commit, with nil after fn's writes are applied (readers see them;
 // durable with that commit, or with the next synced one or within
@@ -115,12 +120,12 @@ func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) 
 	}
 	q.live[e]++
 	finish := func(err error) {
+		defer db.deferFinished(e)
 		if done != nil {
-			done(err)
+			db.callDone(done, err)
 		}
-		db.deferFinished(e)
 	}
-	q.fns = append(q.fns, deferredTxn{prefix: prefix, fn: fn, done: finish})
+	q.fns = append(q.fns, deferredTxn{prefix: prefix, fn: db.recovered(fn), done: finish})
 	q.queued.Store(int32(len(q.fns)))
 	if !q.armed {
 		q.armed = true
@@ -131,6 +136,35 @@ func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) 
 		}
 	}
 	return nil
+}
+
+// recovered returns fn with a panic turned into its error (wrapping
+// ErrInvalid, logged with the stack): a deferred function runs in another
+// caller's write, with txMu held, or on the timer's goroutine, where a
+// panic would reach a caller that has nothing to do with it, or end the
+// process. Its writes are discarded and done receives the error, as for
+// any failing deferred function.
+func (db *DB) recovered(fn func(tx *Txn) error) func(tx *Txn) error {
+	return func(tx *Txn) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				db.opts.Logger.Error("kdb: a deferred transaction's function panicked", "panic", r, "stack", string(debug.Stack()))
+				err = fmt.Errorf("%w: Defer: the function panicked: %v", ErrInvalid, r)
+			}
+		}()
+		return fn(tx)
+	}
+}
+
+// callDone calls a deferred transaction's done with err; a panic in it is
+// logged with the stack and goes no further (see recovered).
+func (db *DB) callDone(done func(error), err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db.opts.Logger.Error("kdb: a deferred transaction's done function panicked", "panic", r, "stack", string(debug.Stack()))
+		}
+	}()
+	done(err)
 }
 
 // deferFinished counts one deferred transaction of epoch e finished (its

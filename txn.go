@@ -8,7 +8,8 @@ import (
 // Txn is a read-write transaction: see DB.Update and DB.Submit. Its reads
 // see its own writes first (one mechanism for every transaction: the
 // batch it builds, indexed by key), then, in a Submit, the writes in flight
-// before it, then its snapshot.
+// before it, then its snapshot. A Txn is not safe for concurrent use: only
+// the function it was given to may use it, from its own goroutine.
 type Txn struct {
 	db     *DB
 	prefix string // tree-name prefix of its index names: "u/" or a namespace's
