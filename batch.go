@@ -92,7 +92,9 @@ func NewBatch() *Batch { return &Batch{} }
 // Put sets key to value in the named index, creating the index if needed.
 // key and value are copied.
 func (b *Batch) Put(index string, key, value []byte) {
-	b.checkPut(index, key, len(value))
+	if b.checkPut(index, key, len(value)); b.err != nil {
+		return // failed: no copy of a value that may be huge
+	}
 	// One allocation holds the copies of both.
 	kv := b.alloc(len(key) + len(value))
 	copy(kv, key)
@@ -102,7 +104,9 @@ func (b *Batch) Put(index string, key, value []byte) {
 
 // putOwned is Put keeping value rather than a copy (Txn.PutOwned).
 func (b *Batch) putOwned(index string, key, value []byte) {
-	b.checkPut(index, key, len(value))
+	if b.checkPut(index, key, len(value)); b.err != nil {
+		return
+	}
 	k := b.alloc(len(key))
 	copy(k, key)
 	b.add(op{kind: opPut, tree: b.tree(index), key: k, value: value})

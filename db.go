@@ -461,6 +461,9 @@ func (db *DB) Write(b *Batch) error { return db.write(b, false) }
 
 // write is Write; with own, b's ops are given away (see commitAsync).
 func (db *DB) write(b *Batch, own bool) error {
+	if b == nil {
+		return fmt.Errorf("%w: Write: nil batch", ErrInvalid)
+	}
 	if b.err != nil {
 		return b.err
 	}

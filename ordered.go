@@ -272,6 +272,9 @@ func (db *DB) Submit(fn func(tx *Txn) error) (*Commit, error) {
 }
 
 func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) {
+	if fn == nil {
+		return nil, fmt.Errorf("%w: Submit: nil function", ErrInvalid)
+	}
 	if err := db.rlockWrite("Submit"); err != nil {
 		return nil, err
 	}

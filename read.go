@@ -63,6 +63,9 @@ func (db *DB) View(fn func(s *Snapshot) error) error {
 }
 
 func (db *DB) view(prefix string, fn func(s *Snapshot) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: View: nil function", ErrInvalid)
+	}
 	return db.viewIn(prefix, nil, fn)
 }
 

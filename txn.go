@@ -45,6 +45,9 @@ func (db *DB) Update(fn func(tx *Txn) error) error {
 }
 
 func (db *DB) update(prefix string, fn func(tx *Txn) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: Update: nil function", ErrInvalid)
+	}
 	if err := db.lockWrite("Update"); err != nil {
 		return err
 	}

@@ -437,6 +437,15 @@ func checkMessage(m *Message) error {
 		// message of the producer a duplicate.
 		return fmt.Errorf("%w: producer %q sequence %d: the largest allowed is %d", kdb.ErrInvalid, m.ProducerID, m.ProducerSeq, uint64(math.MaxUint64-1))
 	}
+	// The bytes the encoding holds at least, counted before it is made:
+	// an oversized body is refused without a copy of it.
+	n := len(m.ID) + len(m.ProducerID) + len(m.Body)
+	for k, v := range m.Properties {
+		n += len(k) + len(v)
+	}
+	if n > kdb.MaxValueSize {
+		return fmt.Errorf("%w: message of at least %d bytes (max %d)", kdb.ErrInvalid, n, kdb.MaxValueSize)
+	}
 	return nil
 }
 

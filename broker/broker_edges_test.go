@@ -133,6 +133,13 @@ func TestBroker_BadInputIsInvalid(t *testing.T) {
 			return err
 		}},
 		{"nil message", "nil message", func() error { _, err := b.Send(broker.Queue, "q", nil); return err }},
+		{"oversized body", "message of at least", func() error {
+			_, err := b.Send(broker.Queue, "q", &broker.Message{ID: "big", Body: make([]byte, kdb.MaxValueSize+1)})
+			return err
+		}},
+		{"tx oversized body", "message of at least", func() error {
+			return b.BeginTx().Send(broker.Queue, "q", &broker.Message{ID: "big", Body: make([]byte, kdb.MaxValueSize+1)})
+		}},
 		{"tx nil message", "nil message", func() error { return b.BeginTx().Send(broker.Queue, "q", nil) }},
 		{"tx empty message ID", "message ID", func() error { return b.BeginTx().Send(broker.Queue, "q", &broker.Message{}) }},
 		{"tx ack on a topic", "AckSub", func() error { return b.BeginTx().Ack(broker.Topic, "t", 1) }},

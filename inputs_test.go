@@ -1,0 +1,77 @@
+package kdb_test
+
+import (
+	"errors"
+	"runtime"
+	"testing"
+
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/vfs"
+)
+
+// TestAPI_NilFunctionsAndBatches: Write(nil), View(nil), Update(nil) and
+// Submit(nil) are ErrInvalid (they were nil-pointer panics), as Defer(nil)
+// already was.
+func TestAPI_NilFunctionsAndBatches(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ns, err := db.Namespace("nn")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, submitErr := db.Submit(nil)
+	_, nsSubmitErr := ns.Submit(nil)
+	for name, err := range map[string]error{
+		"Write": db.Write(nil), "View": db.View(nil), "Update": db.Update(nil), "Submit": submitErr,
+		"Namespace.View": ns.View(nil), "Namespace.Update": ns.Update(nil), "Namespace.Submit": nsSubmitErr,
+	} {
+		if !errors.Is(err, kdb.ErrInvalid) {
+			t.Errorf("%s(nil): %v, want ErrInvalid", name, err)
+		}
+	}
+	if err := db.Put("t", []byte("k"), []byte("v")); err != nil {
+		t.Fatalf("Put after: %v", err)
+	}
+}
+
+// TestAPI_OversizedValueNotCopied: a value over MaxValueSize is refused
+// from its length, without the copy Put, a Batch and a Txn made of it first
+// (512 MiB allocated for a 512 MiB value an outside tester passed).
+func TestAPI_OversizedValueNotCopied(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	huge := make([]byte, 64<<20) // 8x MaxValueSize
+	allocated := func(f func() error) uint64 {
+		t.Helper()
+		var m0, m1 runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&m0)
+		if err := f(); !errors.Is(err, kdb.ErrInvalid) {
+			t.Fatalf("oversized value: %v, want ErrInvalid", err)
+		}
+		runtime.ReadMemStats(&m1)
+		return m1.TotalAlloc - m0.TotalAlloc
+	}
+	for name, f := range map[string]func() error{
+		"Put": func() error { return db.Put("t", []byte("k"), huge) },
+		"Batch": func() error {
+			b := kdb.NewBatch()
+			b.Put("t", []byte("k1"), huge)
+			b.Put("t", []byte("k2"), huge)
+			return db.Write(b)
+		},
+		"Txn.Put": func() error {
+			return db.Update(func(tx *kdb.Txn) error { return tx.Put("t", []byte("k"), huge) })
+		},
+	} {
+		if n := allocated(f); n > 8<<20 {
+			t.Errorf("%s of a %d-byte value allocated %d bytes before refusing it", name, len(huge), n)
+		}
+	}
+}
