@@ -123,6 +123,12 @@ func (db *DB) compactAfterCheckpoint() error {
 // the moves are applied and durable; the next checkpoint removes the
 // segments.
 func (db *DB) Compact() (int, error) {
+	db.mu.Lock()
+	err := db.writableLocked()
+	db.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
 	db.compaction.mu.Lock()
 	defer db.compaction.mu.Unlock()
 	n, err := db.compact()

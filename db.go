@@ -468,7 +468,10 @@ func (db *DB) write(b *Batch, own bool) error {
 		return b.err
 	}
 	if len(b.ops) == 0 {
-		return nil
+		// Nothing to write, but a closed, failed or read-only handle says so.
+		db.mu.Lock()
+		defer db.mu.Unlock()
+		return db.writableLocked()
 	}
 	if err := db.rlockWrite("Write"); err != nil {
 		return err

@@ -75,3 +75,25 @@ func TestAPI_OversizedValueNotCopied(t *testing.T) {
 		}
 	}
 }
+
+// TestAPI_AfterCloseEveryWriteSaysSo: an empty Write and a Compact with
+// nothing to do returned nil on a closed handle; every other call there
+// returns ErrClosed.
+func TestAPI_AfterCloseEveryWriteSaysSo(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Write(kdb.NewBatch()); err != nil {
+		t.Fatalf("empty Write on an open handle: %v", err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Write(kdb.NewBatch()); !errors.Is(err, kdb.ErrClosed) {
+		t.Errorf("empty Write after Close: %v, want ErrClosed", err)
+	}
+	if _, err := db.Compact(); !errors.Is(err, kdb.ErrClosed) {
+		t.Errorf("Compact after Close: %v, want ErrClosed", err)
+	}
+}
