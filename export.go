@@ -327,7 +327,7 @@ func makeImportTemp(fsys vfs.FS, parent, base string) (string, vfs.Locker, error
 			break
 		}
 	}
-	if err := mkdirDurable(fsys, tmp); err != nil {
+	if err := vfs.MkdirAllDurable(fsys, tmp, 0o750); err != nil {
 		_ = fsys.Remove(tmp)
 		return "", nil, err
 	}
@@ -337,35 +337,6 @@ func makeImportTemp(fsys vfs.FS, parent, base string) (string, vfs.Locker, error
 		return "", nil, err
 	}
 	return tmp, lk, nil
-}
-
-// mkdirDurable creates dir (mode 0750 before the umask) and any missing
-// parent, and syncs the parent of each directory it created, so that the
-// whole path survives a crash.
-func mkdirDurable(fsys vfs.FS, dir string) error {
-	var missing []string
-	for d := dir; ; d = filepath.Dir(d) {
-		ok, err := vfs.Exists(fsys, d)
-		if err != nil {
-			return err
-		}
-		if ok {
-			break
-		}
-		missing = append(missing, d)
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	if err := fsys.MkdirAll(dir, 0o750); err != nil {
-		return err
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // removeFlatDir removes dir and the files in it (a store directory holds

@@ -51,37 +51,10 @@ func lock(fsys vfs.FS, dir string) (vfs.Locker, error) {
 	return lk, nil
 }
 
-// createDir creates dir and its missing parents, and makes each new entry
-// durable (SyncDir of its parent), so that a store created under a new
-// directory tree does not vanish with it in a power loss.
-func createDir(fsys vfs.FS, dir string) error {
-	var missing []string
-	for d := dir; ; d = filepath.Dir(d) {
-		ok, err := vfs.Exists(fsys, d)
-		if err != nil {
-			return err
-		}
-		if ok {
-			break
-		}
-		missing = append(missing, d)
-		if filepath.Dir(d) == d {
-			break
-		}
-	}
-	if len(missing) == 0 {
-		return nil
-	}
-	if err := fsys.MkdirAll(dir, 0o750); err != nil {
-		return err
-	}
-	for i := len(missing) - 1; i >= 0; i-- {
-		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+// createDir creates dir and its missing parents, durably
+// (vfs.MkdirAllDurable), so that a store created under a new directory tree
+// does not vanish with it in a power loss.
+func createDir(fsys vfs.FS, dir string) error { return vfs.MkdirAllDurable(fsys, dir, 0o750) }
 
 // checkNotLost decides whether the page file may create a new store in
 // dir: only where no store exists yet. A directory without db.data that

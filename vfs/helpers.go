@@ -83,3 +83,36 @@ func Exists(fsys FS, name string) (bool, error) {
 	}
 	return false, err
 }
+
+// MkdirAllDurable creates dir and its missing parents (mode perm before the
+// umask) and makes each new entry durable (SyncDir of its parent), so that
+// what is created under a new directory tree does not vanish with it in a
+// power loss. An existing dir is left as it is.
+func MkdirAllDurable(fsys FS, dir string, perm os.FileMode) error {
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		ok, err := Exists(fsys, d)
+		if err != nil {
+			return err
+		}
+		if ok {
+			break
+		}
+		missing = append(missing, d)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	if err := fsys.MkdirAll(dir, perm); err != nil {
+		return err
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		if err := fsys.SyncDir(filepath.Dir(missing[i])); err != nil {
+			return err
+		}
+	}
+	return nil
+}
