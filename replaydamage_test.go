@@ -73,22 +73,7 @@ func TestOpen_DamageAfterReplayedRecordsChangesNothing(t *testing.T) {
 	if err := kdbtest.FlipBit(img, path.Join("/db", victim.Segment.String()), victim.Offset+1, 2); err != nil {
 		t.Fatal(err)
 	}
-	files := func() map[string][]byte {
-		t.Helper()
-		names, err := img.ReadDir("/db")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := make(map[string][]byte)
-		for _, n := range names {
-			b, err := vfs.ReadFile(img, path.Join("/db", n))
-			if err != nil {
-				t.Fatal(err)
-			}
-			m[n] = b
-		}
-		return m
-	}
+	files := func() map[string][]byte { return memFiles(t, img, "/db") }
 	before := files()
 
 	for _, ro := range []bool{false, true} {
@@ -108,4 +93,22 @@ func TestOpen_DamageAfterReplayedRecordsChangesNothing(t *testing.T) {
 			}
 		}
 	}
+}
+
+// memFiles returns the bytes of every file in dir, by name.
+func memFiles(t *testing.T, fsys vfs.FS, dir string) map[string][]byte {
+	t.Helper()
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := make(map[string][]byte)
+	for _, n := range names {
+		b, err := vfs.ReadFile(fsys, path.Join(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[n] = b
+	}
+	return m
 }

@@ -65,22 +65,7 @@ func TestOpen_JournalCutBeforeTheReplayPosition(t *testing.T) {
 	if err := kdbtest.Truncate(img, path.Join("/db", seg), off-777); err != nil {
 		t.Fatal(err)
 	}
-	files := func() map[string][]byte {
-		t.Helper()
-		names, err := img.ReadDir("/db")
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := make(map[string][]byte)
-		for _, n := range names {
-			b, err := vfs.ReadFile(img, path.Join("/db", n))
-			if err != nil {
-				t.Fatal(err)
-			}
-			m[n] = b
-		}
-		return m
-	}
+	files := func() map[string][]byte { return memFiles(t, img, "/db") }
 	before := files()
 	for _, readOnly := range []bool{false, true} {
 		_, err := kdb.Open("/db", &kdb.Options{FS: img, ReadOnly: readOnly})
