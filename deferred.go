@@ -125,7 +125,7 @@ func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) 
 			db.callDone(done, err)
 		}
 	}
-	q.fns = append(q.fns, deferredTxn{prefix: prefix, fn: db.recovered(fn), done: finish})
+	q.fns = append(q.fns, deferredTxn{prefix: prefix, fn: fn, done: finish})
 	q.queued.Store(int32(len(q.fns)))
 	if !q.armed {
 		q.armed = true
@@ -138,22 +138,20 @@ func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) 
 	return nil
 }
 
-// recovered returns fn with a panic turned into its error (wrapping
-// ErrInvalid, logged with the stack): a deferred function runs in another
-// caller's write, with txMu held, or on the timer's goroutine, where a
-// panic would reach a caller that has nothing to do with it, or end the
-// process. Its writes are discarded and done receives the error, as for
-// any failing deferred function.
-func (db *DB) recovered(fn func(tx *Txn) error) func(tx *Txn) error {
-	return func(tx *Txn) (err error) {
-		defer func() {
-			if r := recover(); r != nil {
-				db.opts.Logger.Error("kdb: a deferred transaction's function panicked", "panic", r, "stack", string(debug.Stack()))
-				err = fmt.Errorf("%w: Defer: the function panicked: %v", ErrInvalid, r)
-			}
-		}()
-		return fn(tx)
-	}
+// callFn runs a deferred function with a panic turned into its error
+// (wrapping ErrInvalid, logged with the stack): a deferred function runs in
+// another caller's write, with txMu held, or on the timer's goroutine,
+// where a panic would reach a caller that has nothing to do with it, or
+// end the process. Its writes are discarded and done receives the error,
+// as for any failing deferred function.
+func (db *DB) callFn(fn func(tx *Txn) error, tx *Txn) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			db.opts.Logger.Error("kdb: a deferred transaction's function panicked", "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("%w: Defer: the function panicked: %v", ErrInvalid, r)
+		}
+	}()
+	return fn(tx)
 }
 
 // callDone calls a deferred transaction's done with err; a panic in it is
@@ -293,7 +291,7 @@ func (tx *Txn) runFolded() {
 		d := &tx.folded[i]
 		m := tx.mark()
 		tx.frozen = m.ops
-		err := d.fn(tx)
+		err := tx.db.callFn(d.fn, tx)
 		if err == nil {
 			err = tx.b.err
 		}
@@ -371,7 +369,8 @@ func (db *DB) runDeferred(fns []deferredTxn, async bool) []*commitReq {
 	for i, d := range fns {
 		db.cleanup()
 		tx := &Txn{db: db, prefix: d.prefix, ordered: true, b: Batch{pooled: true}}
-		err := db.runTxn(tx, d.fn)
+		fn := d.fn
+		err := db.runTxn(tx, func(tx *Txn) error { return db.callFn(fn, tx) })
 		if err == nil && len(tx.b.ops) == 0 {
 			if d.done != nil {
 				d.done(nil)
