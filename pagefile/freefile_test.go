@@ -188,3 +188,28 @@ func TestDecodeFreeFile_RoundTrip(t *testing.T) {
 		t.Fatalf("version bumped: %v", err)
 	}
 }
+
+// TestFile_FreeListNameIsADirectory: a directory at db.free or
+// db.free.prev would fail the first checkpoint's rename, and the handle
+// with it, long after Open; a writable Open refuses it at once
+// (ErrCorrupt naming it), a read-only one scans.
+func TestFile_FreeListNameIsADirectory(t *testing.T) {
+	for _, name := range []string{"/db/db.free", "/db/db.free.prev"} {
+		mem := newBase(t, crashTestOpts, 5)
+		_ = mem.Remove(name)
+		if err := mem.MkdirAll(name, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		opts := crashTestOpts
+		opts.FS = mem
+		if _, _, err := Open("/db", opts); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), name) {
+			t.Fatalf("%s a directory: Open: %v, want ErrCorrupt naming it", name, err)
+		}
+		opts.ReadOnly = true
+		f, _, err := Open("/db", opts)
+		if err != nil {
+			t.Fatalf("%s a directory: read-only Open: %v", name, err)
+		}
+		_ = f.Close()
+	}
+}
