@@ -47,29 +47,11 @@ func (s *Store) Check() (*CheckReport, error) {
 func (s *Store) CheckProgress(progress func(pages uint64)) (*CheckReport, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
-	pc := s.pf.PageCount()
-	c := &checker{s: s, pc: pc, rep: &CheckReport{PageCount: uint64(pc)}, progress: progress}
-	if pc > pagefile.FirstDataPage {
-		c.owner = make([]uint8, pc-pagefile.FirstDataPage)
-	}
-	c.tx = &Tx{s: s, catalog: s.mu.cur.catalog}
-	if s.w.rootPage != 0 {
-		c.mark(s.w.rootPage, ownReachable)
-		c.expectType(s.w.rootPage, pageRoot)
-	}
-	for _, id := range s.w.chain {
-		c.mark(id, ownReachable)
-		c.expectType(id, pagePending)
-	}
-	for _, p := range s.w.pending {
-		for _, id := range p.ids {
-			c.mark(id, ownPending)
-			c.rep.PendingPages++
-		}
-	}
-	if err := c.checkCatalog(); err != nil {
+	c, err := s.walkOwned(progress)
+	if err != nil {
 		return nil, err
 	}
+	pc := c.pc
 	for _, r := range s.pf.FreeRanges() {
 		for i := uint64(0); i < r.Len; i++ {
 			c.mark(r.Start+pagefile.PageID(i), ownFree)
@@ -284,43 +266,51 @@ func (c *checker) walkNode(id pagefile.PageID, lo, hi []byte, depth int, leafDep
 	}
 }
 
-// Owns returns those of ids the index owns: pages reachable from its root
-// (the catalog, every tree, overflow chains), its pending chain and the
-// pages waiting on its pending-free lists. It reads every page it reaches,
-// so it costs what Check costs; recovery calls it only for pages the page
-// file's free-list scan could not read (pagefile.Report.Damaged), to tell a
-// damaged free page (unreachable: free it) from a damaged live one.
-func (s *Store) Owns(ids []pagefile.PageID) ([]pagefile.PageID, error) {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
+// walkOwned marks every page the index owns (reachable from its root,
+// its pending chain, its pending-free lists), reading and checking each
+// page it reaches; problems are collected in the checker, and only a
+// non-corruption error (I/O) is returned. The caller holds wmu.
+func (s *Store) walkOwned(progress func(pages uint64)) (*checker, error) {
 	pc := s.pf.PageCount()
-	c := &checker{s: s, pc: pc, rep: &CheckReport{PageCount: uint64(pc)}}
+	c := &checker{s: s, pc: pc, rep: &CheckReport{PageCount: uint64(pc)}, progress: progress}
 	if pc > pagefile.FirstDataPage {
 		c.owner = make([]uint8, pc-pagefile.FirstDataPage)
 	}
 	c.tx = &Tx{s: s, catalog: s.mu.cur.catalog}
 	if s.w.rootPage != 0 {
 		c.mark(s.w.rootPage, ownReachable)
+		c.expectType(s.w.rootPage, pageRoot)
 	}
 	for _, id := range s.w.chain {
 		c.mark(id, ownReachable)
+		c.expectType(id, pagePending)
 	}
 	for _, p := range s.w.pending {
 		for _, id := range p.ids {
 			c.mark(id, ownPending)
+			c.rep.PendingPages++
 		}
 	}
-	// A damaged page the walk reaches is marked before it is read; other
-	// problems the walk meets are Check's to report, not this question's.
-	if err := c.checkCatalog(); err != nil && !errors.Is(err, ErrCorrupt) {
+	return c, c.checkCatalog()
+}
+
+// Owns returns those of ids the index owns: pages reachable from its root
+// (the catalog, every tree, overflow chains), its pending chain and the
+// pages waiting on its pending-free lists. It reads every page it reaches,
+// so it costs what Check costs; recovery calls it only for pages the page
+// file's free-list scan could not read (pagefile.Report.Damaged), to tell a
+// damaged free page (unreachable: free it) from a damaged live one (a
+// damaged page the walk reaches is marked before it is read).
+func (s *Store) Owns(ids []pagefile.PageID) ([]pagefile.PageID, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	c, err := s.walkOwned(nil)
+	if err != nil {
 		return nil, err
-	}
-	if c.fatal != nil {
-		return nil, c.fatal
 	}
 	var owned []pagefile.PageID
 	for _, id := range ids {
-		if id >= pagefile.FirstDataPage && id < pc && c.owner[id-pagefile.FirstDataPage] != 0 {
+		if id >= pagefile.FirstDataPage && id < c.pc && c.owner[id-pagefile.FirstDataPage] != 0 {
 			owned = append(owned, id)
 		}
 	}
