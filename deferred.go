@@ -155,7 +155,7 @@ func (db *DB) callFn(fn func(tx *Txn) error, tx *Txn) (err error) {
 }
 
 // callDone calls a deferred transaction's done with err; a panic in it is
-// logged with the stack and goes no further (see recovered).
+// logged with the stack and goes no further (see callFn).
 func (db *DB) callDone(done func(error), err error) {
 	defer func() {
 		if r := recover(); r != nil {
