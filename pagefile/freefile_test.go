@@ -3,8 +3,10 @@ package pagefile
 import (
 	"encoding/binary"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/kdb-project/kdb/internal/kdbtest"
@@ -211,5 +213,44 @@ func TestFile_FreeListNameIsADirectory(t *testing.T) {
 			t.Fatalf("%s a directory: read-only Open: %v", name, err)
 		}
 		_ = f.Close()
+	}
+}
+
+// TestFile_RedoNameNotRegular: a directory or a FIFO at db.redo holds no
+// redo batch: every Open, writable or read-only, refuses it as ErrCorrupt
+// naming it (it was an I/O error, which kdbtool could only report, exit
+// 3), never blocks on a FIFO.
+func TestFile_RedoNameNotRegular(t *testing.T) {
+	for _, kind := range []string{"directory", "FIFO"} {
+		dir := t.TempDir()
+		opts := Options{FS: vfs.OS}
+		f, _, err := Open(dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		redo := filepath.Join(dir, "db.redo")
+		if err := os.Remove(redo); err != nil {
+			t.Fatal(err)
+		}
+		if kind == "directory" {
+			err = os.Mkdir(redo, 0o700)
+		} else {
+			err = syscall.Mkfifo(redo, 0o600)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ro := range []bool{false, true} {
+			opts.ReadOnly = ro
+			if f, _, err := Open(dir, opts); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), redo) {
+				if err == nil {
+					_ = f.Close()
+				}
+				t.Fatalf("db.redo a %s, read-only %v: Open: %v, want ErrCorrupt naming it", kind, ro, err)
+			}
+		}
 	}
 }

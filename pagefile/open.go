@@ -253,6 +253,11 @@ func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
 		return meta, slot, nil
 	}
 	r, err := f.fs.OpenFile(f.redoName, flag, 0o600)
+	if errors.Is(err, vfs.ErrNotRegular) {
+		// A directory or a FIFO holds no redo batch, and a checkpoint
+		// could not write one there.
+		return meta, slot, fmt.Errorf("%w: %s is not a regular file (%w): move it out of the store's directory (kdbtool repair --apply moves it aside)", ErrCorrupt, f.redoName, err)
+	}
 	if err != nil {
 		return meta, slot, fmt.Errorf("pagefile: open %s: %w", f.redoName, err)
 	}

@@ -264,6 +264,15 @@ func inspectStore(dir string) (*inspectOut, error) {
 			fl.MatchesMeta, fl.FreePages, fl.Ranges = fo.MatchesMeta, fo.FreePages, fo.Ranges
 		}
 	}
+	// A writable open refuses a directory at either name (its
+	// checkpoints replace those files by renames); a read-only one does
+	// not mind it, so say so here.
+	for _, name := range []string{"db.free", "db.free.prev"} {
+		if st, err := os.Stat(filepath.Join(dir, name)); err == nil && st.IsDir() {
+			out.Problems = append(out.Problems, problem{"error", "free_list", fmt.Sprintf(
+				"%s is a directory, not a free-list file: a writable open refuses the store; kdbtool repair --apply moves it aside", name)})
+		}
+	}
 	fl.LiedPages, fl.FirstLiedPage, fl.LieReason = in.Lies, uint64(in.FirstLie), in.LieReason
 	if in.Lies > 0 {
 		out.Problems = append(out.Problems, problem{"error", "free_list", freeListLie(in, short)})

@@ -28,6 +28,7 @@ const (
 	actTruncateTail    = "truncate_torn_tail"
 	actApplyRedo       = "apply_redo"
 	actRebuildIndex    = "rebuild_index"
+	actMoveAside       = "move_aside"
 )
 
 type repairAction struct {
@@ -110,6 +111,41 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	if lost, why := dataLost(dir); lost {
 		return repairLostData(dir, apply, rebuild, why, fsys, stderr)
 	}
+	// A name of the page file's that is not a regular file (a directory,
+	// a FIFO) holds nothing of the store, and an open refuses it: it is
+	// moved aside first, so that the rest can be inspected.
+	var moved []repairAction
+	var notRegular []problem
+	var saved []string
+	for _, name := range []string{"db.redo", "db.free", "db.free.prev"} {
+		p := filepath.Join(dir, name)
+		st, err := os.Lstat(p)
+		if err != nil || st.Mode().IsRegular() {
+			continue
+		}
+		moved = append(moved, repairAction{actMoveAside,
+			fmt.Sprintf("move %s aside as .broken: it is not a regular file (%v)", name, st.Mode().Type())})
+		notRegular = append(notRegular, problem{"error", "pagefile",
+			fmt.Sprintf("%s is not a regular file (%v): an open refuses the store", name, st.Mode().Type())})
+		if !apply {
+			continue
+		}
+		dst, err := saveBroken(p, true)
+		if err != nil {
+			return nil, err
+		}
+		saved = append(saved, filepath.Base(dst))
+	}
+	if len(saved) > 0 {
+		if err := syncDir(dir); err != nil {
+			return nil, err
+		}
+	} else if len(moved) > 0 {
+		// A dry run: the store cannot be inspected past such a name.
+		out := &repairOut{Dir: dir, Problems: []problem{}, Actions: moved, Unfixable: []string{}, Saved: []string{}}
+		out.Problems = append(out.Problems, notRegular...)
+		return out, nil
+	}
 	in, err := inspectStore(dir)
 	if err != nil {
 		return nil, err
@@ -118,7 +154,8 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	if ioErr != nil {
 		return nil, ioErr
 	}
-	out := &repairOut{Dir: dir, Apply: apply, Problems: chk.Problems, Actions: []repairAction{}, Unfixable: []string{}, Saved: []string{}}
+	out := &repairOut{Dir: dir, Apply: apply, Problems: chk.Problems, Actions: []repairAction{}, Unfixable: []string{}, Saved: saved}
+	out.Problems = append(out.Problems, notRegular...)
 	// A db.data shorter than its page count: Open refuses it, so only a
 	// rebuild of the index from the journal can help.
 	short := in.DataSize < int64(in.Meta.PageCount)*int64(in.PageSize)
@@ -134,6 +171,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		out.Actions = append(out.Actions, repairAction{actRebuildFreeList,
 			"rebuild the free list by a scan of every page header and write a matching db.free (" + why + ")"})
 	}
+	out.Actions = append(out.Actions, moved...)
 	if in.Redo.WouldApply {
 		out.Actions = append(out.Actions, repairAction{actApplyRedo,
 			fmt.Sprintf("apply db.redo (%d page images) to complete an interrupted checkpoint", in.Redo.Pages)})

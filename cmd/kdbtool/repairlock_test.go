@@ -119,27 +119,47 @@ func TestRepair_ApplyOnNonStoreCreatesNothing(t *testing.T) {
 }
 
 // TestRepair_FreeListNameIsADirectory: a directory (or a FIFO) where
-// db.free belongs is moved aside as .broken, not copied (the copy failed
-// half-way, exit 3), and the rebuilt free list takes its name.
+// db.free, db.free.prev or db.redo belongs is an error for check (a writable open
+// refuses the store), and repair moves it aside as .broken, not copied
+// (the copy failed half-way, exit 3); the rebuilt free list takes its
+// name.
 func TestRepair_FreeListNameIsADirectory(t *testing.T) {
 	t.Parallel()
+	for _, name := range []string{"db.free", "db.free.prev", "db.redo"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			freeListNameIsADirectory(t, name)
+		})
+	}
+}
+
+func freeListNameIsADirectory(t *testing.T, name string) {
 	dir := makeStore(t, 300)
-	free := filepath.Join(dir, "db.free")
-	if err := os.Remove(free); err != nil {
+	free := filepath.Join(dir, name)
+	if err := os.Remove(free); err != nil && !os.IsNotExist(err) {
 		t.Fatal(err)
 	}
 	if err := os.Mkdir(free, 0o700); err != nil {
 		t.Fatal(err)
+	}
+	if code, out, errs := runTool(t, "check", dir); code != exitProblems || !strings.Contains(out+errs, name+" is") {
+		t.Errorf("check: exit %d, want %d and the directory named\n%s%s", code, exitProblems, out, errs)
+	}
+	if code, out, errs := runTool(t, "repair", dir); code != exitProblems || !strings.Contains(out, "would: move "+name+" aside") {
+		t.Errorf("repair (dry run): exit %d, want %d and the move planned\n%s%s", code, exitProblems, out, errs)
+	}
+	if st, err := os.Stat(free); err != nil || !st.IsDir() {
+		t.Fatalf("the dry run moved %s: %v", name, err)
 	}
 	code, out, errs := runTool(t, "repair", "--apply", dir)
 	if code != exitOK || !strings.Contains(out, "check ok true") {
 		t.Fatalf("repair --apply: exit %d\n%s%s", code, out, errs)
 	}
 	if st, err := os.Stat(free); err != nil || !st.Mode().IsRegular() {
-		t.Fatalf("db.free after repair: %v", err)
+		t.Fatalf("%s after repair: %v", name, err)
 	}
 	if st, err := os.Stat(free + ".broken"); err != nil || !st.IsDir() {
-		t.Fatalf("the directory was not moved aside as db.free.broken: %v", err)
+		t.Fatalf("the directory was not moved aside as %s.broken: %v", name, err)
 	}
 	if code, _, _ := runTool(t, "check", dir); code != exitOK {
 		t.Fatalf("check after repair: exit %d", code)
