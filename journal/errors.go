@@ -1,6 +1,9 @@
 package journal
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Errors. Errors about bytes on disk wrap ErrCorrupt (or ErrTornTail inside
 // the decoders) and name the segment and offset.
@@ -33,3 +36,8 @@ var (
 	// ErrBadOptions is returned by Open for invalid Options.
 	ErrBadOptions = errors.New("journal: invalid options")
 )
+
+// errAboveMax is the ErrCorrupt of a frame longer than the opener may read
+// (Options.readMax) yet within its segment: written with a larger bound,
+// or damaged, but never a torn tail.
+var errAboveMax = fmt.Errorf("%w", ErrCorrupt)

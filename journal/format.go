@@ -201,6 +201,9 @@ func decodeRecHeader(b []byte, seg SegmentID, off int64, maxRecord int, avail in
 		return h, fmt.Errorf("%w: %s: unknown flags %#x or reserved bytes set", ErrCorrupt, loc, h.flags)
 	}
 	if int64(h.length) > int64(maxRecord) {
+		if frameSize(int(h.length)) <= avail {
+			return h, fmt.Errorf("%w: %s: record length %d exceeds the maximum %d: reopen with the MaxRecordSize it was written with", errAboveMax, loc, h.length, maxRecord)
+		}
 		return h, fmt.Errorf("%w: %s: record length %d exceeds the maximum %d", ErrCorrupt, loc, h.length, maxRecord)
 	}
 	if int64(h.synced) > off {

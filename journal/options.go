@@ -53,10 +53,14 @@ type Options struct {
 	// SyncInterval is the period of the background fdatasync under
 	// SyncInterval. Default: 10ms.
 	SyncInterval time.Duration
-	// MaxRecordSize bounds a record's payload, on Append and when decoding
-	// (a length above it is corruption, checked before anything is
-	// allocated). It must leave room for a frame in a segment.
-	// Default: 16 MiB, or less if SegmentSize requires it.
+	// MaxRecordSize bounds a record's payload on Append. Reading accepts
+	// up to max(MaxRecordSize, 16 MiB) (readMax): a journal written with
+	// a larger bound, or larger segments, still reads at the default. A
+	// length above that is corruption, checked before anything is
+	// allocated, and never a torn tail (a crash tears a frame its writer
+	// wrote, within its bound): reopen such a journal with the
+	// MaxRecordSize it was written with. It must leave room for a frame in
+	// a segment. Default: 16 MiB, or less if SegmentSize requires it.
 	MaxRecordSize int
 	// SkipDamaged makes Open skip damaged regions instead of failing with
 	// ErrCorrupt; OpenReport.Skipped lists exactly what was skipped.
@@ -154,6 +158,11 @@ func (o Options) withDefaults() Options {
 	}
 	return o
 }
+
+// readMax is the largest record payload Open and the readers accept:
+// MaxRecordSize, and at least the default (whatever segment size a
+// journal is reopened with, the records a default writer wrote read).
+func (o Options) readMax() int { return max(o.MaxRecordSize, defaultMaxRecordSize) }
 
 // maxPayloadFor returns the largest payload a segment of size segSize can
 // hold in a one-record batch (room is left for the seal record).

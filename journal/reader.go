@@ -141,14 +141,14 @@ func (j *Journal) ReadInto(loc Location, buf []byte) (Record, error) {
 	if err := seg.readAt(hdr[:], loc.Offset); err != nil {
 		return Record{}, err
 	}
-	h, err := decodeRecHeader(hdr[:], seg.id, loc.Offset, j.opts.MaxRecordSize, end-loc.Offset)
+	h, err := decodeRecHeader(hdr[:], seg.id, loc.Offset, j.opts.readMax(), end-loc.Offset)
 	if err != nil {
 		if errors.Is(err, ErrTornTail) {
 			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
 		}
 		return Record{}, err
 	}
-	// INVARIANT: h.length <= MaxRecordSize, checked by decodeRecHeader.
+	// INVARIANT: h.length <= readMax(), checked by decodeRecHeader.
 	var payload []byte
 	if cap(buf) >= int(h.length) {
 		payload = buf[:h.length]
@@ -261,7 +261,7 @@ func (j *Journal) Iterate(from Location, fn func(loc Location, r Record) error) 
 			if err != nil {
 				return err
 			}
-			h, err := decodeRecHeader(hb, seg.id, off, j.opts.MaxRecordSize, sp.end-off)
+			h, err := decodeRecHeader(hb, seg.id, off, j.opts.readMax(), sp.end-off)
 			if err != nil {
 				if errors.Is(err, ErrTornTail) {
 					err = fmt.Errorf("%w: %w", ErrCorrupt, err)

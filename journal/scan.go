@@ -531,7 +531,7 @@ func (j *Journal) batchEndAt(r *chunkReader, id SegmentID, seed uint64, off int6
 	}
 	var hdr [recHeaderSize]byte
 	copy(hdr[:], hb)
-	h, err := decodeRecHeader(hdr[:], id, off, j.opts.MaxRecordSize, r.size-off)
+	h, err := decodeRecHeader(hdr[:], id, off, j.opts.readMax(), r.size-off)
 	if err != nil || h.flags&flagBatchEnd == 0 {
 		return recHeader{}, false
 	}
@@ -551,7 +551,7 @@ func (j *Journal) batchEndAt(r *chunkReader, id SegmentID, seed uint64, off int6
 // takes back.
 func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff int64, rep *OpenReport, d *deliverer) (scanEnd, error) {
 	id, seed, size := seg.id, seg.seed, seg.size
-	maxRec := j.opts.MaxRecordSize
+	maxRec := j.opts.readMax()
 	off := int64(segHeaderSize)
 	prev, prevKnown := seed, true
 	inBatch, batchStart := false, off
@@ -583,6 +583,10 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 			}
 			copy(hdr[:], hb)
 			h, err = decodeRecHeader(hdr[:], id, off, maxRec, size-off)
+			// Longer than any record this opener may read, yet within
+			// the segment: not torn (a crash tears a frame its writer
+			// wrote, within its bound), but written with a larger bound.
+			hard = errors.Is(err, errAboveMax)
 			if err == nil {
 				pb, rerr := r.at(off+recHeaderSize, int(h.length))
 				if rerr != nil {
@@ -799,7 +803,7 @@ func (j *Journal) forward(r *chunkReader, id SegmentID, seed uint64, from, searc
 				return res, err
 			}
 			copy(hdr[:], hb)
-			h, derr := decodeRecHeader(hdr[:], id, q, j.opts.MaxRecordSize, size-q)
+			h, derr := decodeRecHeader(hdr[:], id, q, j.opts.readMax(), size-q)
 			if derr == nil {
 				pb, err := r.at(q+recHeaderSize, int(h.length))
 				if err != nil {

@@ -124,6 +124,9 @@ m mem-revisit-drops-tombstone mem.go \
 m unsynced-records-unreadable journal/reader.go \
   'end := max(seg.end, seg.written)' 'end := seg.end' \
   './journal .' "a record applied before its fdatasync (NoSync, AckAsync, a compaction move) reads as corrupt until the next sync"
+m read-bound-is-the-openers journal/options.go \
+  'func (o Options) readMax() int { return max(o.MaxRecordSize, defaultMaxRecordSize) }' 'func (o Options) readMax() int { return o.MaxRecordSize }' \
+  './journal .' "a store reopened with smaller segments than it was written with takes its larger acknowledged records for a torn tail"
 
 # ---- Deferred transactions (deferred.go) and the broker's AckAsync.
 m defer-sync-skips-deferred db.go \
