@@ -57,7 +57,8 @@ type ackKey struct{ dest, seq uint64 }
 //
 // Acks made by AckAsync are checked against the other AckAsyncs of the
 // same Broker; an Ack or a transaction racing with an AckAsync of the same
-// message may both return nil (the message is removed once).
+// message may both return nil (the message is removed once), and while
+// one races, so may a second AckAsync of it.
 func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 	if kind != Queue {
 		return fmt.Errorf("%w: AckAsync is for queues; topics use AckSub", kdb.ErrInvalid)
@@ -66,7 +67,13 @@ func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 		return err
 	}
 	if len(seqs) == 0 {
-		return nil
+		// Nothing to ack; the queue must exist, as for Ack.
+		var kb [64]byte
+		_, err := b.ns.Get(destsTree, append(append(kb[:0], byte(kind)), dest...))
+		if errors.Is(err, kdb.ErrNotFound) {
+			return fmt.Errorf("%w: %s %q", kdb.ErrNotFound, kind, dest)
+		}
+		return err
 	}
 	a := &b.acks
 	a.mu.Lock()

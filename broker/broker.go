@@ -487,6 +487,9 @@ func (w *bwrite) send(kind DestKind, dest string, m *Message, enc []byte) (uint6
 	if len(enc) > kdb.MaxValueSize {
 		return 0, fmt.Errorf("%w: message of %d bytes (max %d)", kdb.ErrInvalid, len(enc), kdb.MaxValueSize)
 	}
+	if max := w.b.db.MaxBatchSize(); len(enc) > max {
+		return 0, fmt.Errorf("%w: message of %d bytes: this store's largest is %d (a quarter of kdb.Options.SegmentSize, at most 16 MiB)", kdb.ErrInvalid, len(enc), max)
+	}
 	seq := d.nextSeq
 	d.nextSeq++
 	d.dirty = true
@@ -708,19 +711,28 @@ func (b *Broker) Subscribe(topic, sub string) error {
 // batches (a few thousand messages each, fewer with small segments); a
 // crash in between leaves it with fewer messages pending, as if its
 // subscriber had acked them. On return (nil) it is deleted, durably.
+// It deletes the subscription the name held when it began: if, between
+// two of its batches, another call deleted it (and perhaps a Subscribe
+// made a new one of the same name), its work is done, and the new one
+// stays.
 func (b *Broker) Unsubscribe(topic, sub string) error {
 	chunk := max(1, b.db.MaxBatchSize()/512)
-	for more := true; more; {
+	began, subID := false, uint64(0) // subID: the subscription's, once began
+	for more := true; more; began = true {
 		more = false
 		err := b.write(true, func(w *bwrite) error {
 			d, err := w.dest(Topic, topic, false)
+			var id uint64
+			if err == nil {
+				id, err = w.sub(d, sub)
+			}
+			if began && (isNotFound(err) || err == nil && id != subID) {
+				return nil // deleted by another call since our last batch
+			}
 			if err != nil {
 				return err
 			}
-			id, err := w.sub(d, sub)
-			if err != nil {
-				return err
-			}
+			subID = id
 			pt := idTree(pendPrefix, id)
 			if ok, err := w.tx.Exists(pt); err != nil {
 				return err
@@ -753,9 +765,16 @@ func (b *Broker) Unsubscribe(topic, sub string) error {
 		if err != nil {
 			return err
 		}
+		if more && testHookUnsubscribeBatch != nil {
+			testHookUnsubscribeBatch()
+		}
 	}
 	return nil
 }
+
+// testHookUnsubscribeBatch, if set (by tests), runs between two of an
+// Unsubscribe's batches.
+var testHookUnsubscribeBatch func()
 
 func isNotFound(err error) bool { return err != nil && errors.Is(err, kdb.ErrNotFound) }
 

@@ -166,6 +166,9 @@ func (tx *Tx) Prepare(xid string) error {
 	if len(enc) > kdb.MaxValueSize {
 		return fmt.Errorf("%w: transaction of %d bytes (max %d)", kdb.ErrInvalid, len(enc), kdb.MaxValueSize)
 	}
+	if max := tx.b.db.MaxBatchSize(); len(enc) > max {
+		return fmt.Errorf("%w: transaction of %d bytes: this store's largest is %d (a quarter of kdb.Options.SegmentSize, at most 16 MiB)", kdb.ErrInvalid, len(enc), max)
+	}
 	// A dry run whose writes are discarded (errDryRun), so that m.Seq
 	// stays unset until commit; then the prepared record alone. Both run
 	// after the writes in flight; a write in between can only make
@@ -222,6 +225,9 @@ func (b *Broker) Prepared() ([]string, error) {
 // removal of its prepared record. kdb.ErrNotFound if xid is not prepared. On
 // return (nil) it is durable.
 func (b *Broker) CommitPrepared(xid string) error {
+	if err := checkName("transaction ID", xid); err != nil {
+		return err
+	}
 	return b.write(true, func(w *bwrite) error {
 		v, ok, err := w.get(txTree, []byte(xid))
 		if err != nil {
@@ -245,6 +251,9 @@ func (b *Broker) CommitPrepared(xid string) error {
 // RollbackPrepared forgets a prepared transaction. kdb.ErrNotFound if xid is
 // not prepared. On return (nil) it is durable.
 func (b *Broker) RollbackPrepared(xid string) error {
+	if err := checkName("transaction ID", xid); err != nil {
+		return err
+	}
 	return b.write(true, func(w *bwrite) error {
 		if _, ok, err := w.get(txTree, []byte(xid)); err != nil {
 			return err

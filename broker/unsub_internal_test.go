@@ -1,0 +1,143 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/kdb-project/kdb"
+)
+
+// TestUnsubscribe_LeavesANewGenerationAlone: an Unsubscribe of a
+// subscription with many messages pending runs in several batches. If,
+// between two of them, another call deletes the subscription and a
+// Subscribe makes a new one of the same name, the first call's next batch
+// looked the name up again and deleted the new subscription too, with
+// what was pending for it: one Unsubscribe removed two. It now stops: the
+// subscription it began on is gone.
+func TestUnsubscribe_LeavesANewGenerationAlone(t *testing.T) {
+	db, err := kdb.Open(filepath.Join(t.TempDir(), "db"), &kdb.Options{SegmentSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b, err := Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Subscribe("t", "s"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 300 {
+		if _, err := b.Send(Topic, "t", &Message{ID: fmt.Sprint("m-", i), Body: []byte("x")}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var after uint64
+	batches := 0
+	testHookUnsubscribeBatch = func() {
+		batches++
+		if batches > 1 {
+			return
+		}
+		// Another client: its own Unsubscribe (the rest of the old
+		// subscription), a new subscription and a message for it.
+		testHookUnsubscribeBatch = nil
+		if err := b.Unsubscribe("t", "s"); err != nil {
+			t.Error(err)
+		}
+		if err := b.Subscribe("t", "s"); err != nil {
+			t.Error(err)
+		}
+		m := &Message{ID: "after", Body: []byte("y")}
+		if _, err := b.Send(Topic, "t", m); err != nil {
+			t.Error(err)
+		}
+		after = m.Seq
+		testHookUnsubscribeBatch = func() { batches++ }
+	}
+	defer func() { testHookUnsubscribeBatch = nil }()
+	if err := b.Unsubscribe("t", "s"); err != nil {
+		t.Fatal(err)
+	}
+	if batches == 0 {
+		t.Fatal("the Unsubscribe ran in one batch: the test needs several (smaller segments)")
+	}
+	subs, err := b.Subscriptions("t")
+	if err != nil || len(subs) != 1 {
+		t.Fatalf("subscriptions after: %v, %v; want the new one", subs, err)
+	}
+	if n, err := b.Pending("t", "s"); err != nil || n != 1 {
+		t.Fatalf("pending for the new subscription: %d, %v; want 1 (message %d)", n, err, after)
+	}
+	if err := b.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestAPI_BadInputEveryWay: the checks each entry point makes of its
+// arguments agree: a bad transaction ID is ErrInvalid for CommitPrepared
+// and RollbackPrepared as for Prepare; an unknown queue is ErrNotFound for
+// AckAsync with no sequence numbers, as for Ack.
+func TestAPI_BadInputEveryWay(t *testing.T) {
+	db, err := kdb.Open(filepath.Join(t.TempDir(), "db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b, err := Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, xid := range []string{"", strings.Repeat("x", 256)} {
+		if err := b.CommitPrepared(xid); !errors.Is(err, kdb.ErrInvalid) {
+			t.Errorf("CommitPrepared(%d bytes): %v, want ErrInvalid", len(xid), err)
+		}
+		if err := b.RollbackPrepared(xid); !errors.Is(err, kdb.ErrInvalid) {
+			t.Errorf("RollbackPrepared(%d bytes): %v, want ErrInvalid", len(xid), err)
+		}
+	}
+	if err := b.Ack(Queue, "nope"); !errors.Is(err, kdb.ErrNotFound) {
+		t.Errorf("Ack of no messages of an unknown queue: %v, want ErrNotFound", err)
+	}
+	if err := b.AckAsync(Queue, "nope"); !errors.Is(err, kdb.ErrNotFound) {
+		t.Errorf("AckAsync of no messages of an unknown queue: %v, want ErrNotFound", err)
+	}
+	if err := b.CreateDestination(Queue, "q"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AckAsync(Queue, "q"); err != nil {
+		t.Errorf("AckAsync of no messages of a queue: %v", err)
+	}
+}
+
+// TestSend_LargerThanTheStoresRecords: a message over the largest value
+// the store's journal segments hold is ErrInvalid in the broker's words
+// (it was the engine's "value record ...: split the batch").
+func TestSend_LargerThanTheStoresRecords(t *testing.T) {
+	db, err := kdb.Open(filepath.Join(t.TempDir(), "db"), &kdb.Options{SegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b, err := Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.Send(Queue, "q", &Message{ID: "big", Body: make([]byte, 600<<10)})
+	if !errors.Is(err, kdb.ErrInvalid) || !strings.Contains(err.Error(), "SegmentSize") {
+		t.Fatalf("Send of 600 KiB with 1 MiB segments: %v, want ErrInvalid naming SegmentSize", err)
+	}
+	tx := b.BeginTx()
+	_ = tx.Send(Queue, "q", &Message{ID: "big", Body: make([]byte, 600<<10)})
+	if err := tx.Commit(); !errors.Is(err, kdb.ErrInvalid) || !strings.Contains(err.Error(), "SegmentSize") {
+		t.Fatalf("Tx.Send of 600 KiB with 1 MiB segments: %v, want ErrInvalid naming SegmentSize", err)
+	}
+	tx = b.BeginTx()
+	_ = tx.Send(Queue, "q", &Message{ID: "big", Body: make([]byte, 600<<10)})
+	if err := tx.Prepare("x"); !errors.Is(err, kdb.ErrInvalid) || !strings.Contains(err.Error(), "SegmentSize") {
+		t.Fatalf("Prepare of 600 KiB with 1 MiB segments: %v, want ErrInvalid naming SegmentSize", err)
+	}
+}
