@@ -45,7 +45,9 @@ type ExportReport struct {
 // rebuilds it. The format is FORMAT.md §6. Export is one long View: writes,
 // checkpoints and journal GC go on meanwhile (GC keeps the segments it
 // reads until it ends); if Close gives up waiting for it (Options.CloseWait)
-// it returns ErrClosed.
+// it returns ErrClosed. Like every View it sees applied writes only: a
+// deferred transaction (Namespace.Defer, a broker's AckAsync) that has not
+// joined a batch yet is not in it; call Sync first to include them.
 func (db *DB) Export(w io.Writer) (*ExportReport, error) {
 	rep := &ExportReport{}
 	h := xxhash.New()
