@@ -363,6 +363,28 @@ func (s *Snapshot) Indexes() ([]string, error) {
 	return out, nil
 }
 
+// Namespaces returns the names of the namespaces (DB.Namespace) that hold
+// at least one index in the snapshot, in order; the user indexes' and the
+// engine's own are not namespaces. It is for tools that show a whole
+// store (kdbtool): a program knows its namespaces.
+func (s *Snapshot) Namespaces() ([]string, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	names, err := s.trees()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, n := range names {
+		ns, _, ok := bytes.Cut(n, []byte("/"))
+		if ok && validNamespace(string(ns)) && (len(out) == 0 || out[len(out)-1] != string(ns)) {
+			out = append(out, string(ns))
+		}
+	}
+	return out, nil
+}
+
 // Exists reports whether the named index exists.
 func (s *Snapshot) Exists(index string) (bool, error) {
 	if err := s.usable(); err != nil {

@@ -43,6 +43,7 @@ type dumpMsg struct {
 
 type dumpOut struct {
 	Index    string    `json:"index,omitempty"`
+	NS       string    `json:"namespace,omitempty"`
 	Queue    string    `json:"queue,omitempty"`
 	Topic    string    `json:"topic,omitempty"`
 	Sub      string    `json:"subscription,omitempty"`
@@ -56,9 +57,10 @@ type dumpOut struct {
 }
 
 func runDump(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("dump", "--index NAME | --queue NAME | --topic NAME [--sub NAME] DIR", stderr)
+	fs := newFlags("dump", "--index NAME [--ns NAMESPACE] | --queue NAME | --topic NAME [--sub NAME] DIR", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	index := fs.String("index", "", "the index whose keys to list")
+	ns := fs.String("ns", "", "with --index: the kdb namespace the index is in (an integration's; inspect lists them)")
 	queue := fs.String("queue", "", "the queue whose messages to list")
 	topic := fs.String("topic", "", "the topic whose messages to list")
 	sub := fs.String("sub", "", "with --topic: only the messages pending for this durable subscription")
@@ -82,8 +84,8 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	if *limit < 0 {
 		return usageErr(fs, "--limit %d: want 0 (all) or more", *limit)
 	}
-	if n != 1 || (*sub != "" && *topic == "") {
-		fmt.Fprintf(stderr, "kdbtool dump: give exactly one of --index, --queue, --topic (--sub only with --topic)\n")
+	if n != 1 || (*sub != "" && *topic == "") || (*ns != "" && *index == "") {
+		fmt.Fprintf(stderr, "kdbtool dump: give exactly one of --index, --queue, --topic (--sub only with --topic, --ns only with --index)\n")
 		fs.Usage()
 		return exitUsage
 	}
@@ -113,19 +115,23 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		max = int(^uint(0) >> 1)
 	}
 	out, err := retryLive(dir, func() (*dumpOut, bool, error) {
-		out := &dumpOut{Index: *index, Queue: *queue, Topic: *topic, Sub: *sub}
+		out := &dumpOut{Index: *index, NS: *ns, Queue: *queue, Topic: *topic, Sub: *sub}
 		db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
 		if err != nil {
 			return out, false, err
 		}
 		defer db.Close()
 		if *index != "" {
-			err = dumpIndex(db, out, *index, from, max, *values)
+			err = dumpIndex(db, out, *ns, *index, from, max, *values)
 		} else {
 			err = dumpDest(db, out, fromSeq, max, *values)
 		}
 		return out, err == nil, err
 	})
+	if errors.Is(err, kdb.ErrInvalid) { // a bad --ns
+		fmt.Fprintf(stderr, "kdbtool dump: %s\n", errLine(err))
+		return exitUsage
+	}
 	if errors.Is(err, kdb.ErrNotFound) {
 		fmt.Fprintf(stderr, "kdbtool dump: %s\n", errLine(err))
 		return exitProblems
@@ -193,8 +199,16 @@ func printable(b []byte) string {
 	return strconv.Quote(string(b))
 }
 
-func dumpIndex(db *kdb.DB, out *dumpOut, name string, from []byte, max int, values bool) error {
-	return db.View(func(s *kdb.Snapshot) error {
+func dumpIndex(db *kdb.DB, out *dumpOut, ns, name string, from []byte, max int, values bool) error {
+	view := db.View
+	if ns != "" {
+		n, err := db.Namespace(ns)
+		if err != nil {
+			return err
+		}
+		view = n.View
+	}
+	return view(func(s *kdb.Snapshot) error {
 		names, err := s.Indexes()
 		if err != nil {
 			return err

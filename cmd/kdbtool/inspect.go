@@ -137,8 +137,11 @@ type journalOut struct {
 }
 
 type indexOut struct {
-	Name string `json:"name"`
-	Keys uint64 `json:"keys"`
+	// Namespace is the kdb namespace of the index (DB.Namespace: an
+	// integration's, such as an MQTT hook's), "" for a user index.
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name"`
+	Keys      uint64 `json:"keys"`
 }
 
 type subOut struct {
@@ -426,6 +429,34 @@ func inspectIndexes(dir string) (storeOut, error) {
 			}
 			so.Indexes = append(so.Indexes, indexOut{Name: n, Keys: k})
 		}
+		// The other namespaces' indexes (an integration's); the broker's
+		// trees are shown as its destinations below.
+		nss, err := s.Namespaces()
+		if err != nil {
+			return err
+		}
+		for _, ns := range nss {
+			if ns == broker.Namespace {
+				continue
+			}
+			n, err := db.Namespace(ns)
+			if err != nil {
+				return err
+			}
+			if err := n.View(func(s *kdb.Snapshot) error {
+				names, err := s.Indexes()
+				for _, ix := range names {
+					k, lerr := s.Len(ix)
+					if lerr != nil {
+						return lerr
+					}
+					so.Indexes = append(so.Indexes, indexOut{Namespace: ns, Name: ix, Keys: k})
+				}
+				return err
+			}); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 	if err == nil {
@@ -523,6 +554,10 @@ func printInspect(w io.Writer, o *inspectOut) {
 		fmt.Fprintf(w, "checkpoint %s plus the journal after it, replayed in memory:\n", o.Store.AsOf)
 		fmt.Fprintf(w, "indexes: %d\n", len(o.Store.Indexes))
 		for _, ix := range o.Store.Indexes {
+			if ix.Namespace != "" {
+				fmt.Fprintf(w, "  %s (namespace %s): %d keys\n", esc(ix.Name), ix.Namespace, ix.Keys)
+				continue
+			}
 			fmt.Fprintf(w, "  %s: %d keys\n", esc(ix.Name), ix.Keys)
 		}
 		fmt.Fprintf(w, "destinations: %d\n", len(o.Store.Destinations))
