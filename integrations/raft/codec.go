@@ -13,7 +13,8 @@ import (
 // ErrCorrupt reports a stored value that does not decode: a log entry of an
 // unknown version, with lengths that do not fit, a checksum mismatch or an
 // index other than the key it is stored under, or a stable value without
-// its version byte. The message says which and where.
+// its version byte, or a log entry kdb reports damaged (the error wraps
+// kdb.ErrCorrupt too). The message says which and where.
 var ErrCorrupt = errors.New("raftkdb: corrupt value")
 
 // logVersion is the only version of the entry encoding (see doc.go, FORMAT).

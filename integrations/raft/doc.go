@@ -7,7 +7,11 @@
 // package kvfsm and cmd/kdb-raft-kv). Every write is one kdb Write (or, for
 // a StoreLogs too large for one batch, transactions committed in order) and
 // is durable on return under kdb's default SyncAlways; concurrent writers
-// (the log and an FSM on the same store) share fsyncs.
+// (the log and an FSM on the same store) share fsyncs. StoreLogs checks
+// every entry against Store.MaxEntrySize before it writes anything, so a
+// call refused for an entry too large stores nothing; a split call that the
+// store fails part-way can leave a prefix of its entries (as a crash can),
+// which FirstIndex and LastIndex show.
 //
 // Store does not implement raft.MonotonicLogStore: its log is a B-tree keyed
 // by index, which holds gaps as well as runs, so raft's default (a gap after
@@ -54,7 +58,10 @@
 // Extensions apart. Decoding checks the version, the flags, the checksum,
 // every length against the bytes left, that nothing trails, and the index
 // against the key; a value that fails any of them is ErrCorrupt naming the
-// index and the reason, never a panic (FuzzDecodeLog).
+// index and the reason, never a panic (FuzzDecodeLog). Damage kdb reports
+// under an entry (kdb.ErrCorrupt: its journal record, say) comes back from
+// GetLog as ErrCorrupt naming the index and wrapping kdb's error, so that
+// errors.Is holds for both.
 //
 // A later version changes the version byte; a reader of version 1 reports
 // a newer entry as ErrCorrupt ("unknown encoding version") rather than

@@ -34,6 +34,7 @@ const MaxStableKeySize = kdb.MaxKeySize - 1
 type Store struct {
 	db    *kdb.DB
 	ns    *kdb.Namespace
+	tree  string // the log tree's name in the kdb store ("ns/log")
 	owned bool
 
 	// mu serialises the log's writers (StoreLogs, DeleteRange) and guards
@@ -74,7 +75,7 @@ func New(db *kdb.DB, ns string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, ns: n}
+	s := &Store{db: db, ns: n, tree: ns + "/" + logIndex}
 	if err := s.loadBounds(); err != nil {
 		return nil, err
 	}
@@ -155,10 +156,28 @@ func (s *Store) GetLog(index uint64, log *raft.Log) error {
 	if errors.Is(err, kdb.ErrNotFound) {
 		return raft.ErrLogNotFound
 	}
+	if errors.Is(err, kdb.ErrCorrupt) {
+		// Damage under the entry (its journal record, say): name the index,
+		// and keep kdb's error (where on disk) for errors.Is and the text.
+		return fmt.Errorf("%w: index %d: %w", ErrCorrupt, index, err)
+	}
 	if err != nil {
 		return err
 	}
 	return decodeLog(v, index, log)
+}
+
+// MaxEntrySize returns the largest encoded log entry the store takes: kdb's
+// MaxValueSize, or if smaller (a small Options.SegmentSize) db.MaxBatchSize
+// less the bytes that name the entry in a kdb batch record (an entry is
+// one kdb value record, or is inside the batch record when kdb keeps it
+// inline, Options.ValueThreshold). The encoding adds at most 43 bytes to
+// Data and Extensions (see doc.go, FORMAT).
+func (s *Store) MaxEntrySize() int {
+	// One put in a batch record: op kind, tree name and key with their
+	// lengths, the value's length (see kdb's record format); 32 covers
+	// the fixed part and every length's varint.
+	return min(kdb.MaxValueSize, s.db.MaxBatchSize()-(32+len(s.tree)+8))
 }
 
 // StoreLog stores one entry.
@@ -170,6 +189,13 @@ func (s *Store) StoreLog(log *raft.Log) error {
 // (half of db.MaxBatchSize), else in transactions committed in order
 // (Submit), so that a crash leaves a prefix of them. On return they are
 // durable under the store's sync mode (SyncAlways: on disk).
+//
+// Every entry is checked against the store's limits before anything is
+// written (MaxEntrySize): a call with an entry too large stores nothing and
+// returns an error wrapping kdb.ErrInvalid. A call split in transactions
+// that fails for another reason (the store failed or closed) may leave a
+// prefix of its entries stored, which FirstIndex and LastIndex show (once
+// the store is reopened, if it failed).
 func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -177,6 +203,13 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	limit := s.db.MaxBatchSize() / 2
+	maxEntry := s.MaxEntrySize()
+	for _, l := range logs {
+		if n := encodedSize(l); n > maxEntry {
+			return fmt.Errorf("raftkdb: log entry %d encodes to %d bytes, over the store's MaxEntrySize %d: nothing stored: %w",
+				l.Index, n, maxEntry, kdb.ErrInvalid)
+		}
+	}
 	type kv struct{ k, v []byte }
 	var chunks [][]kv
 	var cur []kv
@@ -184,10 +217,6 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	lo, hi := logs[0].Index, logs[0].Index
 	for _, l := range logs {
 		n := encodedSize(l)
-		if n > kdb.MaxValueSize {
-			return fmt.Errorf("raftkdb: log entry %d encodes to %d bytes, over kdb's MaxValueSize %d: %w",
-				l.Index, n, kdb.MaxValueSize, kdb.ErrInvalid)
-		}
 		if len(cur) > 0 && size+n+32 > limit {
 			chunks, cur, size = append(chunks, cur), nil, 0
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -286,4 +288,125 @@ func compare(t *testing.T, step int, s *Store, m model) {
 			t.Fatalf("step %d: index %d differs: term %d/%d, %d/%d bytes", step, i, a.Term, b.Term, len(a.Data), len(b.Data))
 		}
 	}
+}
+
+// TestStore_StoreLogsRefusedWhole: on a store with a small SegmentSize
+// (MaxBatchSize 256 KiB), an entry over MaxEntrySize (below kdb's
+// MaxValueSize) refuses the whole call before anything is written, also
+// when the call would have split in several transactions; entries of
+// exactly MaxEntrySize are stored, whether kdb keeps them in the journal
+// or inline in the batch record.
+func TestStore_StoreLogsRefusedWhole(t *testing.T) {
+	for _, vt := range []int{0, -1} { // the default threshold (journal values); never (inline)
+		t.Run(fmt.Sprintf("ValueThreshold=%d", vt), func(t *testing.T) {
+			fs := vfs.NewMem()
+			opts := &kdb.Options{SegmentSize: 1 << 20, ValueThreshold: vt}
+			s := openMem(t, fs, opts)
+			max := s.MaxEntrySize()
+			if max >= kdb.MaxValueSize || max > s.DB().MaxBatchSize() {
+				t.Fatalf("MaxEntrySize %d, MaxBatchSize %d", max, s.DB().MaxBatchSize())
+			}
+			sized := func(i uint64, n int) *raft.Log { // an entry that encodes to n bytes
+				l := entry(i, 1, 0)
+				l.Data = make([]byte, n-encodedSize(l))               // a byte or two over: Data's length grew its varint
+				l.Data = make([]byte, len(l.Data)-(encodedSize(l)-n)) // the same varint length
+				if encodedSize(l) != n {
+					t.Fatalf("entry of %d bytes encodes to %d", n, encodedSize(l))
+				}
+				return l
+			}
+			for _, call := range [][]*raft.Log{
+				{entry(1, 1, 1), entry(2, 1, 2<<20)},
+				{entry(1, 1, 1), sized(2, max), sized(3, max+1)},
+				{sized(1, max+1)},
+			} {
+				err := s.StoreLogs(call)
+				if !errors.Is(err, kdb.ErrInvalid) {
+					t.Fatalf("StoreLogs with an entry over MaxEntrySize: %v", err)
+				}
+				var got raft.Log
+				if f, l := bounds(t, s); f != 0 || l != 0 || s.GetLog(1, &got) != raft.ErrLogNotFound {
+					t.Fatalf("refused call (%v) left first %d last %d", err, f, l)
+				}
+			}
+			// At the limit: one call in several transactions.
+			call := []*raft.Log{entry(1, 1, 1), sized(2, max), sized(3, max), entry(4, 1, 100)}
+			if err := s.StoreLogs(call); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			s = openMem(t, fs, opts)
+			defer s.Close()
+			if f, l := bounds(t, s); f != 1 || l != 4 {
+				t.Fatalf("after reopen: first %d last %d", f, l)
+			}
+			for _, want := range call {
+				var got raft.Log
+				if err := s.GetLog(want.Index, &got); err != nil || !sameLog(&got, want) {
+					t.Fatalf("entry %d: %v", want.Index, err)
+				}
+			}
+		})
+	}
+}
+
+// TestStore_GetLogJournalDamage: damage to the journal record that holds an
+// entry is raftkdb's ErrCorrupt naming the index, and still kdb's.
+func TestStore_GetLogJournalDamage(t *testing.T) {
+	fs := vfs.NewMem()
+	opts := &kdb.Options{CheckpointInterval: -1}
+	s := openMem(t, fs, opts)
+	want := entry(7, 1, 4096) // over ValueThreshold: its bytes stay in the journal
+	for i := range want.Data {
+		want.Data[i] = 0xa5
+	}
+	if err := s.StoreLogs([]*raft.Log{entry(6, 1, 10), want}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil { // a checkpoint: reopening does not replay the entry
+		t.Fatal(err)
+	}
+	names, err := fs.ReadDir("/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	damaged := false
+	for _, name := range names {
+		if !strings.HasSuffix(name, ".log") {
+			continue
+		}
+		b, err := vfs.ReadFile(fs, "/db/"+name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if at := bytes.Index(b, want.Data); at >= 0 {
+			f, err := fs.OpenFile("/db/"+name, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte{0x5a}, int64(at+100)); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			damaged = true
+		}
+	}
+	if !damaged {
+		t.Fatal("entry 7's bytes not found in the journal")
+	}
+	s = openMem(t, fs, opts)
+	defer s.Close()
+	var got raft.Log
+	if err := s.GetLog(6, &got); err != nil {
+		t.Fatalf("undamaged entry 6: %v", err)
+	}
+	err = s.GetLog(7, &got)
+	if !errors.Is(err, ErrCorrupt) || !errors.Is(err, kdb.ErrCorrupt) || !strings.Contains(err.Error(), "index 7") {
+		t.Fatalf("GetLog of a damaged entry: %v", err)
+	}
+	t.Log(err)
 }

@@ -20,6 +20,15 @@
 // exactly them. Snapshot first makes every apply durable (one synced write),
 // so that no snapshot raft records is ahead of the FSM on disk.
 //
+// A snapshot that a leader installs is the exception: raft saves it before
+// it calls Restore, so a node that stops in between restarts with a
+// snapshot ahead of its FSM, which raft (NoSnapshotRestoreOnStart) takes as
+// applied. CatchUp, called before raft.NewRaft, restores such a snapshot.
+// ApplyBatch never applies past a hole: when its first new entry is not the
+// one after the applied index, it checks in raft's log that every entry in
+// between is one raft does not hand an FSM (a no-op or a barrier), and
+// panics otherwise, rather than apply over missing writes.
+//
 // The snapshot is kdb's portable export of the whole store (kdb.DB.Export):
 // consistent, taken while applies go on, so it may be a little ahead of the
 // index raft names it by; the applied index inside it says exactly where it
@@ -99,13 +108,24 @@ func decode(cmd []byte) (op byte, key, value []byte, err error) {
 
 // FSM is the key-value state machine. Reads (Get, Applied) are safe
 // concurrently with raft's calls.
+//
+// Invariants:
+//   - The data tree holds exactly the effect of every command entry up to
+//     applied, and of none after it.
+//   - ApplyBatch never applies past a hole: the first entry above applied is
+//     applied+1, or every index between them is one raft does not hand an
+//     FSM (a no-op or a barrier, checked in log) or at most floor, which a
+//     snapshot CatchUp restored (or found applied) covers. Anything else
+//     panics.
 type FSM struct {
-	db *kdb.DB
-	ns *kdb.Namespace
+	db  *kdb.DB
+	ns  *kdb.Namespace
+	log raft.LogStore // raft's log, to check a gap before the next entry; nil: every gap is a hole
 
 	mu      sync.RWMutex // Restore's switch of generation against reads
 	gen     uint64
 	applied atomic.Uint64
+	floor   atomic.Uint64 // the index of the snapshot CatchUp found; entries up to it are covered
 
 	restores atomic.Uint64
 }
@@ -115,13 +135,21 @@ var _ raft.BatchingFSM = (*FSM)(nil)
 func dataIndex(gen uint64) string { return "d" + strconv.FormatUint(gen, 10) }
 
 // Open returns the FSM kept in db, dropping a data generation a crashed
-// Restore left half-copied.
-func Open(db *kdb.DB) (*FSM, error) {
+// Restore left half-copied. log is raft's log store (the one given to
+// raft.NewRaft): when the first entry of a batch is not the one after the
+// applied index, ApplyBatch reads the entries in between to tell the gaps
+// raft leaves on purpose (it does not hand an FSM its no-op and barrier
+// entries) from a hole. With a nil log (an FSM used without raft) every gap
+// is a hole.
+//
+// A node that runs raft with Config.NoSnapshotRestoreOnStart must call
+// CatchUp before raft.NewRaft.
+func Open(db *kdb.DB, log raft.LogStore) (*FSM, error) {
 	ns, err := db.Namespace(Namespace)
 	if err != nil {
 		return nil, err
 	}
-	f := &FSM{db: db, ns: ns}
+	f := &FSM{db: db, ns: ns, log: log}
 	applied, gen, err := readMeta(ns)
 	if err != nil {
 		return nil, err
@@ -197,15 +225,88 @@ func (f *FSM) Get(key []byte) ([]byte, error) {
 	return f.ns.Get(dataIndex(f.gen), key)
 }
 
+// CatchUp prepares the FSM for a raft that starts with
+// Config.NoSnapshotRestoreOnStart, and must be called before raft.NewRaft.
+// Such a raft takes the newest snapshot in snaps as applied without
+// restoring it and hands the FSM only the entries after it. That is right
+// when the FSM's durable state is at least as new as the snapshot, the
+// usual case (Snapshot makes the applies durable before raft records a
+// snapshot); it is not when raft saved a snapshot that a leader installed
+// and the node stopped before FSM.Restore (raft saves the snapshot first):
+// the FSM would miss every entry up to the snapshot's index. CatchUp
+// restores the newest snapshot in that case, so that the FSM covers it, and
+// reports whether it did. A snapshot that fails to restore is an error: the
+// node must not start.
+func (f *FSM) CatchUp(snaps raft.SnapshotStore) (restored bool, err error) {
+	metas, err := snaps.List()
+	if err != nil {
+		return false, fmt.Errorf("kvfsm: list snapshots: %w", err)
+	}
+	if len(metas) == 0 {
+		return false, nil
+	}
+	m := metas[0] // newest first, the one raft takes
+	if m.Index > f.Applied() {
+		_, rc, err := snaps.Open(m.ID)
+		if err != nil {
+			return false, fmt.Errorf("kvfsm: snapshot %s (index %d) is ahead of the applied index %d and does not open: %w",
+				m.ID, m.Index, f.Applied(), err)
+		}
+		if err := f.Restore(rc); err != nil {
+			return false, fmt.Errorf("kvfsm: snapshot %s (index %d) is ahead of the applied index %d and does not restore: %w",
+				m.ID, m.Index, f.Applied(), err)
+		}
+		restored = true
+	}
+	// Every command and configuration entry up to m.Index is in the state
+	// now; raft skips the rest (no-ops, barriers) up to there.
+	f.floor.Store(m.Index)
+	return restored, nil
+}
+
+// checkGap returns an error unless every index from applied+1 to next-1 is
+// covered by the snapshot CatchUp found or is an entry that raft does not
+// hand an FSM.
+func (f *FSM) checkGap(applied, next uint64) error {
+	from := max(applied, f.floor.Load()) + 1
+	for i := from; i < next; i++ {
+		if f.log == nil {
+			return fmt.Errorf("entries %d..%d were never applied (no raft log to check what they were)", i, next-1)
+		}
+		var l raft.Log
+		if err := f.log.GetLog(i, &l); err != nil {
+			return fmt.Errorf("entry %d was never applied and is not in raft's log to tell what it was: %w", i, err)
+		}
+		if l.Type == raft.LogCommand || l.Type == raft.LogConfiguration {
+			return fmt.Errorf("entry %d (%s, term %d) was never applied", i, l.Type, l.Term)
+		}
+	}
+	return nil
+}
+
 // Apply applies one entry.
 func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 
 // ApplyBatch applies the entries in one transaction with the new applied
-// index. The response of each command is nil or its error.
+// index. The response of each command is nil or its error. Entries at or
+// below the applied index are skipped. It panics (raft has no other way to
+// be told, and the node must stop) if the first entry above the applied
+// index leaves a hole after it (see FSM), or if the store fails.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	resp := make([]any, len(logs))
 	applied := f.applied.Load()
 	last := applied
+	for _, l := range logs {
+		if l.Index <= applied {
+			continue
+		}
+		if l.Index > applied+1 {
+			if err := f.checkGap(applied, l.Index); err != nil {
+				panic(fmt.Sprintf("kvfsm: hole before entry %d, applied index %d: %v", l.Index, applied, err))
+			}
+		}
+		break
+	}
 	f.mu.RLock()
 	data := dataIndex(f.gen)
 	f.mu.RUnlock()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -41,7 +42,7 @@ func open(t *testing.T, dir string) (*kdb.DB, *FSM) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := Open(db)
+	f, err := Open(db, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,5 +116,148 @@ func TestFSM_ApplySkipReplaySnapshotRestore(t *testing.T) {
 	}
 	if _, err := db2.Check(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// mustPanic runs fn and returns the text it panicked with, failing the test
+// if it returns normally.
+func mustPanic(t *testing.T, what string, fn func()) (msg string) {
+	t.Helper()
+	defer func() {
+		r := recover()
+		if r == nil {
+			t.Fatalf("%s: applied past a hole without a panic", what)
+		}
+		msg = fmt.Sprint(r)
+	}()
+	fn()
+	return ""
+}
+
+// TestFSM_ApplyBatchRefusesHole: ApplyBatch applies over a gap only when
+// raft's log shows every entry in it is one raft does not hand an FSM (a
+// no-op, a barrier), and panics, applying nothing, on a hole: a command in
+// the gap, or an entry raft's log no longer has.
+func TestFSM_ApplyBatchRefusesHole(t *testing.T) {
+	log := raft.NewInmemStore()
+	store := func(ls ...*raft.Log) {
+		if err := log.StoreLogs(ls); err != nil {
+			t.Fatal(err)
+		}
+	}
+	store(put(1, "a", "1"), put(2, "b", "2"), &raft.Log{Index: 3, Term: 2, Type: raft.LogNoop},
+		&raft.Log{Index: 4, Term: 2, Type: raft.LogBarrier}, put(5, "c", "5"), put(6, "d", "6"), put(7, "e", "7"))
+	db, f := open(t, filepath.Join(t.TempDir(), "a"))
+	defer db.Close()
+	f.log = log
+	f.ApplyBatch([]*raft.Log{put(1, "a", "1"), put(2, "b", "2")})
+	// 3 and 4 are a no-op and a barrier, which raft does not pass on.
+	if resp := f.ApplyBatch([]*raft.Log{put(5, "c", "5")}); resp[0] != nil || f.Applied() != 5 {
+		t.Fatalf("apply after a no-op and a barrier: %v, applied %d", resp, f.Applied())
+	}
+	// 6 is a command that never reached the FSM.
+	msg := mustPanic(t, "command in the gap", func() { f.ApplyBatch([]*raft.Log{put(7, "e", "7")}) })
+	if !strings.Contains(msg, "hole before entry 7") || !strings.Contains(msg, "entry 6") {
+		t.Fatalf("panic %q", msg)
+	}
+	// Entries no longer in the log (compacted below a snapshot the FSM never
+	// restored, say).
+	if err := log.DeleteRange(6, 7); err != nil {
+		t.Fatal(err)
+	}
+	msg = mustPanic(t, "entry missing from the log", func() { f.ApplyBatch([]*raft.Log{put(5, "c", "5"), put(9, "f", "9")}) })
+	if !strings.Contains(msg, "entry 6 was never applied and is not in raft's log") {
+		t.Fatalf("panic %q", msg)
+	}
+	store(put(6, "d", "6"), put(7, "e", "7"))
+	// Without a log, any gap is a hole.
+	f.log = nil
+	mustPanic(t, "no log", func() { f.ApplyBatch([]*raft.Log{put(7, "e", "7")}) })
+	m, applied := contents(t, db)
+	if fmt.Sprint(m) != "map[a:1 b:2 c:5]" || applied != 5 || f.Applied() != 5 {
+		t.Fatalf("after refused batches: %v applied %d/%d", m, applied, f.Applied())
+	}
+	// Replays at or below the applied index, then the next entry, still apply.
+	f.ApplyBatch([]*raft.Log{put(5, "c", "stale"), put(6, "d", "6")})
+	if m, applied = contents(t, db); fmt.Sprint(m) != "map[a:1 b:2 c:5 d:6]" || applied != 6 {
+		t.Fatalf("after the next entry: %v applied %d", m, applied)
+	}
+}
+
+// snapshotAt persists a snapshot of f into snaps under raft index idx.
+func snapshotAt(t *testing.T, f *FSM, snaps raft.SnapshotStore, idx uint64) {
+	t.Helper()
+	fs, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := snaps.Create(raft.SnapshotVersionMax, idx, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Persist(sink); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestFSM_CatchUpRestoresSnapshotAhead is the node that stopped after raft
+// saved a snapshot a leader installed and before FSM.Restore: its FSM is
+// behind the newest snapshot, which raft (NoSnapshotRestoreOnStart) will
+// take as applied. CatchUp restores it; an FSM at or past the snapshot is
+// left alone.
+func TestFSM_CatchUpRestoresSnapshotAhead(t *testing.T) {
+	tmp := t.TempDir()
+	snaps, err := raft.NewFileSnapshotStore(filepath.Join(tmp, "snaps"), 2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The leader's state at index 10, snapshotted as index 12 (11 and 12
+	// were barriers).
+	ldb, leader := open(t, filepath.Join(tmp, "leader"))
+	for i := uint64(1); i <= 10; i++ {
+		leader.ApplyBatch([]*raft.Log{put(i, fmt.Sprintf("k%02d", i), fmt.Sprint(i))})
+	}
+	snapshotAt(t, leader, snaps, 12)
+	if err := ldb.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A follower that had applied 4 entries.
+	db, f := open(t, filepath.Join(tmp, "follower"))
+	defer db.Close()
+	for i := uint64(1); i <= 4; i++ {
+		f.ApplyBatch([]*raft.Log{put(i, fmt.Sprintf("k%02d", i), fmt.Sprint(i))})
+	}
+	restored, err := f.CatchUp(snaps)
+	if err != nil || !restored {
+		t.Fatalf("CatchUp of an FSM at 4 behind a snapshot at 12: restored %v, %v", restored, err)
+	}
+	if f.Applied() != 10 || f.Restores() != 1 {
+		t.Fatalf("after CatchUp: applied %d, restores %d", f.Applied(), f.Restores())
+	}
+	// raft hands it entry 13 next; 11 and 12 are covered by the snapshot
+	// (and this FSM has no log to check them in).
+	f.ApplyBatch([]*raft.Log{put(13, "k13", "13")})
+	m, applied := contents(t, db)
+	if len(m) != 11 || m["k07"] != "7" || m["k13"] != "13" || applied != 13 {
+		t.Fatalf("after CatchUp and entry 13: %v applied %d", m, applied)
+	}
+	// Now ahead of the snapshot: CatchUp leaves it alone.
+	if restored, err := f.CatchUp(snaps); err != nil || restored || f.Restores() != 1 {
+		t.Fatalf("CatchUp of an FSM ahead of the snapshot: restored %v, %v", restored, err)
+	}
+	// A snapshot ahead that does not restore stops the node.
+	db2, f2 := open(t, filepath.Join(tmp, "damaged"))
+	defer db2.Close()
+	sink, err := snaps.Create(raft.SnapshotVersionMax, 20, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink.Write([]byte("not an export"))
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if restored, err := f2.CatchUp(snaps); err == nil || restored {
+		t.Fatalf("CatchUp with a damaged snapshot: restored %v, %v", restored, err)
 	}
 }

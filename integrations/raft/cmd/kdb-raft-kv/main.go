@@ -2,7 +2,8 @@
 // over loopback TCP, each node's raft log, stable state and data in one kdb
 // store (raftkdb and kvfsm), and an HTTP API on 127.0.0.1:
 //
-//	PUT  /kv/KEY   body: the value; answered 200 once raft applied it (a
+//	PUT  /kv/KEY   body: the value, 1 byte to 1 MiB (a longer one is
+//	               refused with 413); answered 200 once raft applied it (a
 //	               follower forwards the request to the leader)
 //	GET  /kv/KEY   the value as this node has applied it (404 if none)
 //	GET  /status   this node's raft state, as JSON
@@ -107,12 +108,37 @@ type node struct {
 	r     *raft.Raft
 	start time.Time
 	open  time.Duration
-	log   interface{ Close() error }
 	logs  raft.LogStore
+
+	closers []func() error // what boot opened, in order
 }
 
 func (n *node) run(cfg nodeConfig) error {
 	n.start = time.Now()
+	err := n.boot(cfg)
+	if err != nil {
+		return errors.Join(err, n.close())
+	}
+	n.open = time.Since(n.start)
+
+	ln, err := net.Listen("tcp", n.me.http)
+	if err != nil {
+		return errors.Join(err, n.close())
+	}
+	srv := &http.Server{Handler: n}
+	go srv.Serve(ln)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
+	<-sig
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	srv.Shutdown(ctx)
+	cancel()
+	return n.close()
+}
+
+// boot opens the node's stores and starts raft. On error, close releases
+// what it opened.
+func (n *node) boot(cfg nodeConfig) error {
 	for _, p := range n.peers {
 		if p.id == n.id {
 			n.me = p
@@ -129,10 +155,7 @@ func (n *node) run(cfg nodeConfig) error {
 		return err
 	}
 	n.db = db
-	defer db.Close()
-	if n.fsm, err = kvfsm.Open(db); err != nil {
-		return err
-	}
+	n.closers = append(n.closers, db.Close)
 	var logs raft.LogStore
 	var stable raft.StableStore
 	switch cfg.store {
@@ -147,15 +170,28 @@ func (n *node) run(cfg nodeConfig) error {
 		if err != nil {
 			return err
 		}
-		defer s.Close()
+		n.closers = append(n.closers, s.Close)
 		logs, stable = s, s
 	default:
 		return fmt.Errorf("-store %q: kdb or boltdb", cfg.store)
+	}
+	if n.fsm, err = kvfsm.Open(db, logs); err != nil {
+		return err
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "raft-" + n.id, Level: hclog.LevelFromString(cfg.logLevel), Output: os.Stderr})
 	snaps, err := raft.NewFileSnapshotStoreWithLogger(cfg.dir, 2, logger)
 	if err != nil {
 		return err
+	}
+	// raft starts with NoSnapshotRestoreOnStart (below), taking its newest
+	// snapshot as applied; if that snapshot is ahead of the FSM (installed
+	// by a leader, the node stopped before the FSM restored it), the FSM
+	// restores it first.
+	applied := n.fsm.Applied()
+	if restored, err := n.fsm.CatchUp(snaps); err != nil {
+		return err
+	} else if restored {
+		logger.Warn("restored the newest snapshot, ahead of the FSM", "fsm-applied-before", applied, "fsm-applied", n.fsm.Applied())
 	}
 	addr, err := net.ResolveTCPAddr("tcp", n.me.raft)
 	if err != nil {
@@ -165,14 +201,14 @@ func (n *node) run(cfg nodeConfig) error {
 	if err != nil {
 		return err
 	}
-	defer trans.Close()
+	n.closers = append(n.closers, trans.Close)
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(n.id)
 	rc.Logger = logger
 	rc.SnapshotThreshold = cfg.threshold
 	rc.SnapshotInterval = cfg.interval
 	rc.TrailingLogs = cfg.trailing
-	rc.NoSnapshotRestoreOnStart = true // the FSM is durable in kdb (see kvfsm)
+	rc.NoSnapshotRestoreOnStart = true // the FSM is durable in kdb (see kvfsm), and CatchUp ran
 	if cfg.fast {
 		rc.HeartbeatTimeout = 300 * time.Millisecond
 		rc.ElectionTimeout = 300 * time.Millisecond
@@ -198,25 +234,23 @@ func (n *node) run(cfg nodeConfig) error {
 		return err
 	}
 	n.r = r
-	n.open = time.Since(n.start)
-
-	ln, err := net.Listen("tcp", n.me.http)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: n}
-	go srv.Serve(ln)
-	sig := make(chan os.Signal, 1)
-	signal.Notify(sig, syscall.SIGTERM, os.Interrupt)
-	<-sig
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	srv.Shutdown(ctx)
-	cancel()
-	if err := r.Shutdown().Error(); err != nil {
-		return err
-	}
+	n.closers = append(n.closers, func() error { return r.Shutdown().Error() })
 	return nil
 }
+
+// close shuts down what boot started, last first.
+func (n *node) close() error {
+	var errs []error
+	for i := len(n.closers) - 1; i >= 0; i-- {
+		errs = append(errs, n.closers[i]())
+	}
+	n.closers = nil
+	return errors.Join(errs...)
+}
+
+// maxValue is the largest value a PUT accepts; a longer body is refused
+// with 413, never stored cut short.
+const maxValue = 1 << 20
 
 var forwardClient = &http.Client{Timeout: 10 * time.Second,
 	Transport: &http.Transport{MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second}}
@@ -238,7 +272,12 @@ func (n *node) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 				w.Write(v)
 			}
 		case http.MethodPut, http.MethodPost:
-			body, err := io.ReadAll(io.LimitReader(req.Body, 1<<20))
+			body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, maxValue))
+			var tooLarge *http.MaxBytesError
+			if errors.As(err, &tooLarge) {
+				http.Error(w, fmt.Sprintf("value over %d bytes (1 MiB)", maxValue), http.StatusRequestEntityTooLarge)
+				return
+			}
 			if err != nil || len(body) == 0 {
 				http.Error(w, "need a value of 1 byte to 1 MiB", http.StatusBadRequest)
 				return
