@@ -31,7 +31,18 @@
 //     gathered and committed at OnPublished in one transaction that also
 //     removes the pending publish: after a crash either the pending publish
 //     is there, and OnStarted publishes it again to the subscribers of the
-//     restarted server, or its whole fan-out is. That commit is NoSync (the
+//     restarted server, or its whole fan-out is. A fan-out larger than one
+//     commit can hold (kdb's DB.MaxBatchSize: a large message to many
+//     subscribers) is split into parts, each committed with a fan-out
+//     record naming its copies (index "fan"), then a last commit removes
+//     the pending publish and those records; every copy is sent only once
+//     the last commit is applied, and the publisher's PUBACK was already
+//     waiting for the pending publish only, which stays until the last
+//     commit. A crash between the parts keeps a prefix of them (the hook
+//     submits them in turn, nothing of its own between them); at start,
+//     the copies named by the fan-out records of a pending publish still
+//     stored are removed before it is published again, so no subscriber
+//     gets it twice or loses it. That commit is NoSync (the
 //     next synced commit carries it). A QoS 2 PUBLISH to a subscriber waits
 //     until its inflight record is durable (DB.Sync), so a QoS 2 message a
 //     client received is redelivered with its packet ID, never published
@@ -52,6 +63,30 @@
 // stored while the previous fan-out's commit is being synced; no event
 // waits for a disk except the packets above. If a write fails, the packet
 // that would acknowledge it is not sent: the hook closes the connection.
+//
+// # Writes the store refuses, and a failed store
+//
+// A write the store refuses for its input (kdb.ErrInvalid: a value over
+// kdb.MaxValueSize, a commit over DB.MaxBatchSize) is refused for its own
+// client or message, never for the hook. A message the hook would store
+// (QoS 1 or 2, or retained) whose record, with room for a subscriber's copy
+// (64 KiB for its client ID, or a quarter of MaxBatchSize if less), would
+// not fit one commit is refused in OnPublish before anything is written:
+// an MQTT 5 QoS 1 publisher gets a PUBACK with reason code 0x97 (quota
+// exceeded) and stays connected; any other publisher is disconnected
+// (DISCONNECT 0x95, packet too large, in MQTT 5). With kdb's defaults the
+// limit is a record of 8,321,408 bytes (8 MiB less 66 KiB and 640 bytes):
+// the payload, topic, properties and publisher's client ID, and about 20
+// bytes of framing. A session record
+// too large (a will of megabytes) refuses its client's CONNACK if the
+// session outlives the connection. Each is logged at warning level.
+//
+// A store that fails (a write or fsync error: the kdb handle fails) makes
+// the hook refuse every acknowledgement that depends on a write from then
+// on: CONNACK of a session that outlives its connection, SUBACK, UNSUBACK,
+// PUBACK, PUBREC, PUBCOMP, PUBREL, and QoS 1 and 2 PUBLISH to subscribers,
+// each by closing the connection. Hook.Err reports the failure, and Stop
+// returns it; kdb-mqtt exits 1 after it.
 //
 // # kdb's broker store or the key-value API
 //
@@ -84,10 +119,17 @@
 //	ret  topic                         → storage.Message (retained)
 //	if   client ID, 0, packet ID (BE)  → storage.Message (inflight: PUBLISH, PUBREC or PUBREL state)
 //	pub  sequence (8 bytes, BE)        → storage.Message (acknowledged, fan-out not yet committed)
+//	fan  sequence, part (4 bytes, BE)  → inflight keys (a split fan-out's part, until its last commit)
 //	sys  "info"                        → storage.SystemInfo
 //
 // A client ID longer than 200 bytes, or a filter or topic longer than 300,
-// is keyed by its SHA-256 (the value keeps the name).
+// is keyed by its SHA-256 (the value keeps the name). A fan-out record's
+// value is a uvarint count, then each inflight key as a uvarint length and
+// its bytes (records.go's encodeKeyList). The index is new with split
+// fan-outs: a store written before has none, and reads as before; a store
+// with fan-out records left by a crash must not be opened by an earlier
+// version of the hook, which would deliver the copies they name besides
+// publishing the message again.
 //
 // # Bad records
 //

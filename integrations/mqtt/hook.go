@@ -50,7 +50,18 @@ type Hook struct {
 	ns  *kdb.Namespace
 	srv *mqtt.Server
 
+	// budget bounds the cost (opCost) of one commit: the store's
+	// MaxBatchSize, read at Init. A commit within it is never refused by
+	// the store for its size (see opCost).
+	budget int
+
 	waiters sync.WaitGroup // one per commit submitted, until it is waited for
+	// failed is the store's failure (a commit the store did not make: I/O,
+	// fsync, the handle closed), set once; from then on every write is
+	// refused, and with it every acknowledgement that depends on one. A
+	// write the store refuses for its input (kdb.ErrInvalid: too large) is
+	// refused for its own client or message only (errRefused) and never
+	// sets it.
 	failed  atomic.Pointer[error]
 	skipped atomic.Int64 // malformed records skipped at load
 
@@ -58,7 +69,7 @@ type Hook struct {
 		sync.Mutex
 		stopped bool
 		seq     uint64                        // last pending-publish sequence
-		last    map[string]*kdb.Commit        // client → last commit its next ack must wait for
+		last    map[string]ackDep             // client → what its next ack must wait for
 		flights map[string]map[uint16]*flight // client → packet ID → what is stored
 		active  map[string]*publish           // tag → publish whose fan-out is being gathered
 		open    map[string]*publish           // publishing client → its publish in progress
@@ -79,11 +90,21 @@ type Hook struct {
 	replayed chan struct{}
 }
 
+// ackDep is what a client's next acknowledgement waits for: the last
+// commit written on its behalf, or the error of a write that was not made
+// (sticky until that acknowledgement is refused: a later write that
+// succeeds does not make up for it).
+type ackDep struct {
+	c   *kdb.Commit
+	err error
+}
+
 // flight is what the store holds for one packet ID of a client.
 type flight struct {
 	kind    byte        // packets.Publish, Pubrec or Pubrel
 	created int64       // the packet's Created (mochi orders resends by it)
 	commit  *kdb.Commit // the write of its current state (nil while pub is set)
+	err     error       // the write of its current state failed (commit is nil)
 	pub     *publish    // the publish whose fan-out commit will write it
 	noSync  bool        // commit is a fan-out's, not waited durable (see gate)
 }
@@ -98,8 +119,9 @@ type publish struct {
 	qos    byte
 	replay bool
 	puts   []fanout
-	ready  chan struct{} // closed once commit is set
-	commit *kdb.Commit
+	ready  chan struct{} // closed once commit or err is set
+	commit *kdb.Commit   // the fan-out's last commit (see commitFanoutLocked)
+	err    error         // the fan-out was not written: the store failed
 }
 
 type fanout struct {
@@ -159,7 +181,8 @@ func (h *Hook) Init(config any) error {
 		return fmt.Errorf("kdbmqtt: %w", err)
 	}
 	h.db, h.ns, h.srv = o.DB, ns, o.Server
-	h.mu.last = map[string]*kdb.Commit{}
+	h.budget = o.DB.MaxBatchSize()
+	h.mu.last = map[string]ackDep{}
 	h.mu.flights = map[string]map[uint16]*flight{}
 	h.mu.active = map[string]*publish{}
 	h.mu.open = map[string]*publish{}
@@ -174,11 +197,67 @@ func (h *Hook) Init(config any) error {
 }
 
 // load reads the inflight messages and pending publishes, to know what is
-// stored and what to publish again.
+// stored and what to publish again. It first undoes the fan-outs a stop
+// interrupted (commitFanoutLocked): the copies named by the fan-out records
+// of a pending publish still stored are removed, with those records,
+// before anything is handed to the server; the message is then published
+// again to every subscriber.
 func (h *Hook) load() error {
+	type fanRec struct {
+		key  []byte
+		seq  uint64
+		keys [][]byte
+	}
 	var maxSeq uint64
+	var fans []fanRec
+	pending := map[uint64]bool{}
+	undo := map[string]bool{} // inflight keys of interrupted fan-outs
 	err := h.ns.View(func(s *kdb.Snapshot) error {
-		if err := h.scan(s, idxInflight, func(k, v []byte) error {
+		if err := h.scan(s, idxFanout, func(k, v []byte) error {
+			if len(k) != fanKeyLen {
+				return fmt.Errorf("%w: fan-out key of %d bytes", errMalformed, len(k))
+			}
+			seq := beUint64(k[:8])
+			maxSeq = max(maxSeq, seq)
+			keys, err := decodeKeyList(v)
+			if err != nil {
+				return err
+			}
+			fans = append(fans, fanRec{key: bytes.Clone(k), seq: seq, keys: keys})
+			return nil
+		}); err != nil {
+			return err
+		}
+		if err := h.scan(s, idxPending, func(k, v []byte) error {
+			if len(k) != 8 {
+				return fmt.Errorf("%w: pending-publish key of %d bytes", errMalformed, len(k))
+			}
+			m, err := decodeMessage(v, "pending publish")
+			if err != nil {
+				return err
+			}
+			if m.Client == "" || m.TopicName == "" || m.FixedHeader.Qos == 0 || m.PacketID == 0 {
+				return fmt.Errorf("%w: pending publish client=%q topic=%q qos=%d packet=%d", errMalformed, m.Client, m.TopicName, m.FixedHeader.Qos, m.PacketID)
+			}
+			seq := beUint64(k)
+			maxSeq = max(maxSeq, seq)
+			pending[seq] = true
+			h.replay = append(h.replay, pendingMsg{seq: seq, msg: m})
+			return nil
+		}); err != nil {
+			return err
+		}
+		for _, f := range fans {
+			if pending[f.seq] {
+				for _, k := range f.keys {
+					undo[string(k)] = true
+				}
+			}
+		}
+		return h.scan(s, idxInflight, func(k, v []byte) error {
+			if undo[string(k)] {
+				return nil
+			}
 			m, err := decodeMessage(v, "inflight")
 			if err != nil {
 				return err
@@ -194,28 +273,33 @@ func (h *Hook) load() error {
 			h.flightsOf(m.Client)[m.PacketID] = &flight{kind: m.FixedHeader.Type, created: m.Created}
 			h.loadedInflight = append(h.loadedInflight, m)
 			return nil
-		}); err != nil {
-			return err
-		}
-		return h.scan(s, idxPending, func(k, v []byte) error {
-			if len(k) != 8 {
-				return fmt.Errorf("%w: pending-publish key of %d bytes", errMalformed, len(k))
-			}
-			m, err := decodeMessage(v, "pending publish")
-			if err != nil {
-				return err
-			}
-			if m.Client == "" || m.TopicName == "" || m.FixedHeader.Qos == 0 || m.PacketID == 0 {
-				return fmt.Errorf("%w: pending publish client=%q topic=%q qos=%d packet=%d", errMalformed, m.Client, m.TopicName, m.FixedHeader.Qos, m.PacketID)
-			}
-			seq := beUint64(k)
-			maxSeq = max(maxSeq, seq)
-			h.replay = append(h.replay, pendingMsg{seq: seq, msg: m})
-			return nil
 		})
 	})
 	if err != nil {
 		return fmt.Errorf("kdbmqtt: loading the store: %w", err)
+	}
+	// One transaction per fan-out record: its keys were one commit's.
+	undone := 0
+	for _, f := range fans {
+		err := h.ns.Update(func(tx *kdb.Txn) error {
+			if pending[f.seq] {
+				for _, k := range f.keys {
+					if err := tx.Delete(idxInflight, k); err != nil {
+						return err
+					}
+				}
+			}
+			return tx.Delete(idxFanout, f.key)
+		})
+		if err != nil {
+			return fmt.Errorf("kdbmqtt: undoing an interrupted fan-out: %w", err)
+		}
+		if pending[f.seq] {
+			undone += len(f.keys)
+		}
+	}
+	if undone > 0 {
+		h.Log.Info("kdbmqtt: removed the copies of fan-outs a stop interrupted; their messages are published again", "copies", undone)
 	}
 	h.mu.seq = maxSeq
 	return nil
@@ -268,15 +352,24 @@ func (h *Hook) skip(index string, key []byte, err error) {
 // Skipped returns how many malformed records the hook skipped so far.
 func (h *Hook) Skipped() int64 { return h.skipped.Load() }
 
-// Stop waits for the commits in flight. The store stays open.
+// Stop waits for the commits in flight. The store stays open. It returns
+// the store's failure if a write failed (Err), so that the process that
+// runs the server can report it (mochi's Server.Close only logs it).
 func (h *Hook) Stop() error {
 	h.mu.Lock()
 	if len(h.mu.dels) > 0 {
-		h.submitLocked(true, nil)
+		_, _ = h.submitLocked(true, 0, nil)
 	}
 	h.mu.stopped = true
 	h.mu.Unlock()
 	h.waiters.Wait()
+	return h.Err()
+}
+
+// Err returns the store failure that made the hook refuse every
+// acknowledgement that depends on a write (see doc.go), or nil. A write
+// refused for its size is not such a failure.
+func (h *Hook) Err() error {
 	if p := h.failed.Load(); p != nil {
 		return *p
 	}
@@ -298,21 +391,70 @@ func (h *Hook) flightsOf(client string) map[uint16]*flight {
 	return fl
 }
 
+// errRefused marks a write the store refused for its input
+// (kdb.ErrInvalid: a value or batch too large), which the hook refuses for
+// its own client or message only.
+var errRefused = errors.New("kdbmqtt: the store refused the write")
+
+// errStopped is the error of a write after Stop.
+var errStopped = errors.New("kdbmqtt: write after the hook stopped")
+
+// opOverhead is what opCost adds to each operation's key and value: the
+// operation's framing in the batch record (kind, tree name, lengths: under
+// 40 bytes) and, for a value kept in the journal, its record's 64 bytes
+// counted by kdb's group bound.
+const opOverhead = 128
+
+// opCost is what one Put (or Delete: value 0) counts against h.budget. A
+// commit whose operations cost at most DB.MaxBatchSize() in all fits
+// every bound of kdb's (DB.encode): its batch record and each value record
+// are at most MaxBatchSize, and the whole, at most MaxBatchSize plus a
+// few bytes, is within the group bound, which is at least twice
+// MaxBatchSize (SegmentSize/2 against min(16 MiB, SegmentSize/4)).
+func opCost(key, val int) int { return key + val + opOverhead }
+
+// fitsAlone reports whether a Put of a value of val bytes under a key of
+// key bytes can be stored in a commit of its own.
+func (h *Hook) fitsAlone(key, val int) bool {
+	return val <= kdb.MaxValueSize && opCost(key, val) <= h.budget
+}
+
 // submitLocked queues fn as an ordered commit (kdb's Submit: commits share
 // fsyncs and take effect in submission order) and starts the goroutine
-// that waits for it, as every Commit must be waited for. nil: not queued
-// (the hook is stopped or the store failed). Called with h.mu held, so that
-// submission order is the order of the events.
-func (h *Hook) submitLocked(noSync bool, fn func(tx *kdb.Txn) error) *kdb.Commit {
+// that waits for it, as every Commit must be waited for. cost is the sum
+// of opCost of fn's writes; the inflight removals waiting for a commit
+// (h.mu.dels) go first in it, or in a commit of their own before it if
+// both would not fit h.budget. Called with h.mu held, so that submission
+// order is the order of the events. Does not wait for the commit.
+//
+// The error is the store's failure (the hook fails: Err), errStopped, or
+// errRefused when the store refused fn's writes for their size
+// (kdb.ErrInvalid on a healthy handle): that one write is not made and the
+// hook goes on.
+func (h *Hook) submitLocked(noSync bool, cost int, fn func(tx *kdb.Txn) error) (*kdb.Commit, error) {
 	if h.mu.stopped {
 		h.Log.Warn("kdbmqtt: write after Stop ignored")
-		return nil
+		return nil, errStopped
 	}
-	if p := h.failed.Load(); p != nil {
-		return nil
+	if err := h.Err(); err != nil {
+		return nil, err
 	}
 	dels := h.mu.dels
 	h.mu.dels = nil
+	if len(dels) > 0 && fn != nil {
+		dcost := 0
+		for _, k := range dels {
+			dcost += opCost(len(k), 0)
+		}
+		if dcost+cost > h.budget {
+			// The removals in a commit of their own, first.
+			h.mu.dels = dels
+			if _, err := h.submitLocked(true, dcost, nil); err != nil && !errors.Is(err, errRefused) {
+				return nil, err
+			}
+			dels = nil
+		}
+	}
 	c, err := h.ns.Submit(func(tx *kdb.Txn) error {
 		if noSync {
 			tx.NoSync()
@@ -328,8 +470,13 @@ func (h *Hook) submitLocked(noSync bool, fn func(tx *kdb.Txn) error) *kdb.Commit
 		return fn(tx)
 	})
 	if err != nil {
+		if errors.Is(err, kdb.ErrInvalid) && h.db.Err() == nil {
+			// Nothing was written: the removals wait for the next commit.
+			h.mu.dels = append(dels, h.mu.dels...)
+			return nil, fmt.Errorf("%w: %w", errRefused, err)
+		}
 		h.fail(err)
-		return nil
+		return nil, err
 	}
 	h.waiters.Add(1)
 	go func() {
@@ -338,51 +485,81 @@ func (h *Hook) submitLocked(noSync bool, fn func(tx *kdb.Txn) error) *kdb.Commit
 			h.fail(err)
 		}
 	}()
-	return c
+	return c, nil
+}
+
+// refuse closes cl's connection, so that the acknowledgement being written
+// is never sent, and logs why.
+func (h *Hook) refuse(cl *mqtt.Client, err error) {
+	if errors.Is(err, errRefused) {
+		h.Log.Warn("kdbmqtt: not acknowledging: the store refused the write (too large); closing the connection", "client", cl.ID, "error", err)
+	} else {
+		h.Log.Error("kdbmqtt: not acknowledging: the store write failed; closing the connection", "client", cl.ID, "error", err)
+	}
+	cl.Stop(err)
 }
 
 // wait waits for c; false (after closing the client's connection, so that
-// what follows is never sent) if it failed or was never queued.
-func (h *Hook) wait(cl *mqtt.Client, c *kdb.Commit, missing bool) bool {
+// what follows is never sent) if it failed, or if c is nil and missing is
+// set (the write was not queued; why, if known, in werr).
+func (h *Hook) wait(cl *mqtt.Client, c *kdb.Commit, missing bool, werr error) bool {
 	var err error
 	if c != nil {
 		err = c.Wait()
 	} else if missing {
-		err = errors.New("kdbmqtt: the write was not queued")
-		if p := h.failed.Load(); p != nil {
-			err = *p
+		err = werr
+		if err == nil {
+			err = h.Err()
+		}
+		if err == nil {
+			err = errors.New("kdbmqtt: the write was not queued")
 		}
 	}
 	if err != nil {
-		h.Log.Error("kdbmqtt: not acknowledging: the store write failed; closing the connection", "client", cl.ID, "error", err)
-		cl.Stop(err)
+		h.refuse(cl, err)
 		return false
 	}
 	return true
 }
 
-// setLast records c as the commit that client's next ack waits for.
-func (h *Hook) setLast(client string, c *kdb.Commit) {
-	if c != nil {
-		h.mu.last[client] = c
+// setLast records what client's next ack waits for: c, or err if the
+// write was not made (which sticks until that ack is refused).
+func (h *Hook) setLast(client string, c *kdb.Commit, err error) {
+	switch d := h.mu.last[client]; {
+	case d.err != nil:
+	case err != nil:
+		h.mu.last[client] = ackDep{err: err}
+	case c != nil:
+		h.mu.last[client] = ackDep{c: c}
 	}
 }
 
-// barrier waits until everything written on behalf of cl so far is durable.
-func (h *Hook) barrier(cl *mqtt.Client) {
+// barrier waits until everything written on behalf of cl so far is
+// durable; false (the connection closed) if a write of it failed or was
+// not made.
+func (h *Hook) barrier(cl *mqtt.Client) bool {
 	h.mu.Lock()
-	c := h.mu.last[cl.ID]
+	d := h.mu.last[cl.ID]
+	if d.err != nil {
+		delete(h.mu.last, cl.ID)
+	}
 	h.mu.Unlock()
-	if c == nil {
-		return
+	if d.err != nil {
+		h.refuse(cl, d.err)
+		return false
 	}
-	if h.wait(cl, c, false) {
-		h.mu.Lock()
-		if h.mu.last[cl.ID] == c {
-			delete(h.mu.last, cl.ID)
-		}
-		h.mu.Unlock()
+	if d.c == nil {
+		return true
 	}
+	if !h.wait(cl, d.c, false, nil) {
+		return false
+	}
+	h.mu.Lock()
+	if h.mu.last[cl.ID].c == d.c {
+		delete(h.mu.last, cl.ID)
+	}
+	h.mu.Unlock()
+	return true
 }
 
 // OnSessionEstablish stores the client before its CONNACK is sent. It
@@ -414,7 +591,27 @@ func (h *Hook) putClient(cl *mqtt.Client) {
 	key := clientKey(cl.ID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.setLast(cl.ID, h.submitLocked(false, func(tx *kdb.Txn) error { return tx.Put(idxClients, key, val) }))
+	c, err := h.submitLocked(false, opCost(len(key), len(val)), func(tx *kdb.Txn) error { return tx.Put(idxClients, key, val) })
+	if errors.Is(err, errRefused) {
+		// A will of megabytes, say: the client is refused (if its
+		// session outlives the connection), not the hook.
+		h.Log.Warn("kdbmqtt: a session record too large to store", "client", cl.ID, "bytes", len(val), "error", err)
+	}
+	if err != nil && !persistent(cl) {
+		// The CONNACK of a session that ends with its connection
+		// promises nothing stored.
+		err = nil
+	}
+	h.setLast(cl.ID, c, err)
+}
+
+// persistent reports whether cl's session outlives its connection (mochi's
+// OnDisconnect expire, negated).
+func persistent(cl *mqtt.Client) bool {
+	if cl.Properties.ProtocolVersion == 5 {
+		return cl.Properties.Props.SessionExpiryInterval > 0
+	}
+	return !cl.Properties.Clean
 }
 
 // OnDisconnect forgets a client whose session ends with its connection.
@@ -426,7 +623,7 @@ func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	// Not synced: if lost, the server expires the session again at load.
-	h.submitLocked(true, func(tx *kdb.Txn) error { return tx.Delete(idxClients, key) })
+	_, _ = h.submitLocked(true, opCost(len(key), 0), func(tx *kdb.Txn) error { return tx.Delete(idxClients, key) })
 }
 
 // OnClientExpired forgets an expired session: the client, its
@@ -448,7 +645,16 @@ func (h *Hook) OnClientExpired(cl *mqtt.Client) {
 		return it.Err()
 	})
 	key := clientKey(cl.ID)
-	h.submitLocked(false, func(tx *kdb.Txn) error {
+	cost := opCost(len(key), 0)
+	for _, k := range subs {
+		cost += opCost(len(k), 0)
+	}
+	for pid, f := range fl {
+		if f.pub == nil {
+			cost += opCost(len(inflightKey(cl.ID, pid)), 0)
+		}
+	}
+	_, err := h.submitLocked(false, cost, func(tx *kdb.Txn) error {
 		if err := tx.Delete(idxClients, key); err != nil {
 			return err
 		}
@@ -466,6 +672,9 @@ func (h *Hook) OnClientExpired(cl *mqtt.Client) {
 		}
 		return nil
 	})
+	if errors.Is(err, errRefused) {
+		h.Log.Warn("kdbmqtt: an expired session's removal is too large for one commit; it is expired again at the next start", "client", cl.ID, "error", err)
+	}
 	for _, f := range fl {
 		f.pub = nil // a fan-out still gathering it will find it gone
 	}
@@ -495,16 +704,21 @@ func (h *Hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []by
 	if len(recs) == 0 {
 		return
 	}
+	cost := 0
+	for _, r := range recs {
+		cost += opCost(len(r.key), len(r.val))
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.setLast(cl.ID, h.submitLocked(false, func(tx *kdb.Txn) error {
+	c, err := h.submitLocked(false, cost, func(tx *kdb.Txn) error {
 		for _, r := range recs {
 			if err := tx.Put(idxSubs, r.key, r.val); err != nil {
 				return err
 			}
 		}
 		return nil
-	}))
+	})
+	h.setLast(cl.ID, c, err)
 }
 
 // OnUnsubscribed removes subscriptions, before the UNSUBACK.
@@ -516,16 +730,21 @@ func (h *Hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	for i, f := range pk.Filters {
 		keys[i] = subKey(cl.ID, f.Filter)
 	}
+	cost := 0
+	for _, k := range keys {
+		cost += opCost(len(k), 0)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.setLast(cl.ID, h.submitLocked(false, func(tx *kdb.Txn) error {
+	c, err := h.submitLocked(false, cost, func(tx *kdb.Txn) error {
 		for _, k := range keys {
 			if err := tx.Delete(idxSubs, k); err != nil {
 				return err
 			}
 		}
 		return nil
-	}))
+	})
+	h.setLast(cl.ID, c, err)
 }
 
 // OnRetainMessage stores (r 1) or removes a retained message, before the
@@ -540,12 +759,18 @@ func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.setLast(cl.ID, h.submitLocked(false, func(tx *kdb.Txn) error {
+	c, err := h.submitLocked(false, opCost(len(key), len(val)), func(tx *kdb.Txn) error {
 		if val == nil {
 			return tx.Delete(idxRetained, key)
 		}
 		return tx.Put(idxRetained, key, val)
-	}))
+	})
+	if errors.Is(err, errRefused) {
+		// OnPublish refuses such a message before it gets here; a will
+		// does not pass through OnPublish.
+		h.Log.Warn("kdbmqtt: a retained message too large to store; not retained across a restart", "client", cl.ID, "topic", pk.TopicName, "bytes", len(val), "error", err)
+	}
+	h.setLast(cl.ID, c, err)
 }
 
 // OnRetainedExpired removes an expired retained message.
@@ -553,7 +778,7 @@ func (h *Hook) OnRetainedExpired(topic string) {
 	key := retainedKey(topic)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.submitLocked(true, func(tx *kdb.Txn) error { return tx.Delete(idxRetained, key) })
+	_, _ = h.submitLocked(true, opCost(len(key), 0), func(tx *kdb.Txn) error { return tx.Delete(idxRetained, key) })
 }
 
 // OnSysInfoTick stores the server's counters (not synced: they are
@@ -562,7 +787,7 @@ func (h *Hook) OnSysInfoTick(sys *system.Info) {
 	val := marshal(&storage.SystemInfo{ID: storage.SysInfoKey, T: storage.SysInfoKey, Info: *sys.Clone()})
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.submitLocked(true, func(tx *kdb.Txn) error { return tx.Put(idxSys, sysKey, val) })
+	_, _ = h.submitLocked(true, opCost(len(sysKey), len(val)), func(tx *kdb.Txn) error { return tx.Put(idxSys, sysKey, val) })
 }
 
 // OnPublish stores a PUBLISH of QoS 1 or 2 from a client before the server
@@ -570,7 +795,17 @@ func (h *Hook) OnSysInfoTick(sys *system.Info) {
 // to the subscribers): the pending-publish record, with, for QoS 2, the
 // PUBREC state of its packet ID. The fan-out's commit (OnPublished)
 // removes it; one left at a restart is published again (OnStarted).
+//
+// A message the hook would have to store (QoS 1 or 2, or retained) and
+// whose record, or a subscriber's copy of it, the store could not take
+// (maxRecord) is refused before anything is written: see refuseTooLarge.
 func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, error) {
+	if pk.FixedHeader.Retain && len(pk.Payload) > 0 && !isReplay(pk) {
+		m := messageOf(storage.RetainedKey, cl.ID, pk)
+		if n := encodedMessageSize(&m); n > h.maxRecord() {
+			return h.refuseTooLarge(cl, pk, n)
+		}
+	}
 	if pk.FixedHeader.Qos == 0 {
 		return pk, nil
 	}
@@ -586,6 +821,9 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	rec := messageOf(pendingT, cl.ID, pk)
 	rec.Origin = cl.ID
 	rec.FixedHeader.Dup = false
+	if n := encodedMessageSize(&rec); n > h.maxRecord() {
+		return h.refuseTooLarge(cl, pk, n)
+	}
 	val := encodeMessage(&rec)
 	var rel []byte
 	if pk.FixedHeader.Qos == 2 {
@@ -603,7 +841,7 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	h.mu.seq++
 	p := &publish{tag: tagPrefix + strconv.FormatUint(h.mu.seq, 10), seq: h.mu.seq, client: cl.ID, pid: pk.PacketID, qos: pk.FixedHeader.Qos, ready: make(chan struct{})}
 	pkey, ikey := pendingKey(p.seq), inflightKey(cl.ID, pk.PacketID)
-	c := h.submitLocked(false, func(tx *kdb.Txn) error {
+	c, err := h.submitLocked(false, opCost(len(pkey), len(val))+opCost(len(ikey), len(rel)), func(tx *kdb.Txn) error {
 		if err := tx.Put(idxPending, pkey, val); err != nil {
 			return err
 		}
@@ -612,21 +850,82 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		}
 		return nil
 	})
-	if c == nil {
+	if err != nil {
 		h.mu.Unlock()
-		// Refuse the ack (the barrier finds no commit): close now.
-		h.wait(cl, nil, true)
+		if errors.Is(err, errRefused) {
+			// maxRecord let it through, yet the store refused it.
+			return h.refuseTooLarge(cl, pk, len(val))
+		}
+		// Refuse the ack: close now.
+		h.wait(cl, nil, true, err)
 		return pk, packets.ErrRejectPacket
 	}
 	if rel != nil {
 		h.flightsOf(cl.ID)[pk.PacketID] = &flight{kind: packets.Pubrec, created: time.Now().Unix(), commit: c}
 	}
-	h.setLast(cl.ID, c)
+	h.setLast(cl.ID, c, nil)
 	h.mu.active[p.tag] = p
 	h.mu.open[cl.ID] = p
 	h.mu.Unlock()
 	pk.Connect.ClientIdentifier = p.tag
 	return pk, nil
+}
+
+// copySlack is what a subscriber's copy of a message (its inflight record)
+// may hold beyond the message's own record: the subscriber's client ID (at
+// most 65,535 bytes) in place of the publisher's, and its subscription
+// identifiers.
+const copySlack = 64<<10 + 1<<10
+
+// maxRecord returns the largest message record (pending publish, retained
+// message) the hook accepts: one that the store takes in a commit of its
+// own under any key the hook makes, with room for any subscriber's copy of
+// it (copySlack, or a quarter of MaxBatchSize if that is less: a store of
+// small journal segments). With kdb's defaults (MaxValueSize 8 MiB,
+// SegmentSize 32 MiB: MaxBatchSize 8 MiB) it is 8 MiB less 66 KiB and 640
+// bytes.
+func (h *Hook) maxRecord() int {
+	return min(kdb.MaxValueSize, h.budget-opOverhead-kdb.MaxKeySize) - min(copySlack, h.budget/4)
+}
+
+// refuseTooLarge refuses a message whose record (n bytes) the store cannot
+// take, before anything of it is written, and never fails the hook: an
+// MQTT 5 QoS 1 publisher gets a PUBACK with reason code 0x97 (quota
+// exceeded: an implementation's limit) and stays connected; any other
+// publisher (QoS 2, whose refusal mochi would send as a PUBACK; QoS 0
+// retained, which has no ack; MQTT 3.1.1, whose PUBACK has no reason code)
+// is disconnected, with DISCONNECT 0x95 (packet too large) in MQTT 5. The
+// message reaches no subscriber. A message of the server's own (Inline) is
+// dropped.
+func (h *Hook) refuseTooLarge(cl *mqtt.Client, pk packets.Packet, n int) (packets.Packet, error) {
+	h.Log.Warn("kdbmqtt: refusing a message too large to store", "client", cl.ID, "topic", pk.TopicName,
+		"qos", pk.FixedHeader.Qos, "retain", pk.FixedHeader.Retain, "record_bytes", n, "max_record_bytes", h.maxRecord())
+	switch {
+	case cl.Net.Inline:
+	case cl.Properties.ProtocolVersion == 5 && pk.FixedHeader.Qos == 1:
+		// Written here rather than returned as a packets.Code, for which
+		// mochi would log the whole packet, payload and all, at error
+		// level.
+		ack := packets.Packet{
+			FixedHeader: packets.FixedHeader{Type: packets.Puback},
+			PacketID:    pk.PacketID,
+			ReasonCode:  packets.ErrQuotaExceeded.Code,
+			Properties:  packets.Properties{ReasonString: fmt.Sprintf("kdbmqtt: a message record of %d bytes; the store takes %d", n, h.maxRecord())},
+			Created:     time.Now().Unix(),
+		}
+		if err := cl.WritePacket(ack); err != nil {
+			cl.Stop(err)
+		}
+	case cl.Properties.ProtocolVersion == 5:
+		_ = h.srv.DisconnectClient(cl, packets.ErrPacketTooLarge)
+	default:
+		cl.Stop(packets.ErrPacketTooLarge)
+	}
+	return pk, packets.ErrRejectPacket
+}
+
+func isReplay(pk packets.Packet) bool {
+	return strings.HasPrefix(pk.Connect.ClientIdentifier, replayPrefix)
 }
 
 func replaySeq(tag string) (uint64, bool) {
@@ -689,31 +988,157 @@ func (h *Hook) finishLocked(p *publish, published bool) {
 			dropRec = inflightKey(p.client, p.pid)
 		}
 	}
-	pkey := pendingKey(p.seq)
-	// Not synced of its own: the next synced commit (the next publish's
-	// pending record, typically) carries it, and until it is durable the
-	// pending publish it removes is still on disk. A QoS 2 copy waits for
-	// a sync before it is sent (gate).
-	c := h.submitLocked(true, func(tx *kdb.Txn) error {
-		for _, w := range puts {
-			if err := tx.Put(idxInflight, inflightKey(w.client, w.pid), w.val); err != nil {
-				return err
-			}
+	c, err := h.commitFanoutLocked(p, puts, dropRec)
+	for _, w := range p.puts {
+		if w.f.pub == p {
+			w.f.pub, w.f.commit, w.f.err, w.f.noSync = nil, c, err, true
 		}
+	}
+	p.commit, p.err = c, err
+	close(p.ready)
+}
+
+// fanKeyLen is the length of a fan-out part's key (fanoutKey).
+const fanKeyLen = 12
+
+// commitFanoutLocked writes a publish's fan-out: the subscribers' copies
+// (puts), the removal of dropRec if set, and the removal of the pending
+// publish; it returns the last commit, which every copy waits for before it
+// is sent (gate). Not synced of its own: the next synced commit (the next
+// publish's pending record, typically) carries it, and until it is durable
+// the pending publish it removes is still on disk. A QoS 2 copy waits for a
+// sync before it is sent (gate).
+//
+// A fan-out that fits h.budget is one commit. A larger one (a large message
+// to many subscribers) is split into parts that fit, each written with a
+// fan-out record (index "fan": the pending publish's sequence and the
+// part's number → the inflight keys it wrote), and a last commit that
+// removes the pending publish with the fan-out records. All are submitted
+// here in turn under h.mu, so nothing of the hook's comes between them in
+// the journal, and a crash keeps a prefix of them: either the last commit
+// is durable, and with it every part, or the pending publish is still
+// there, and load removes the copies its fan-out records name before the
+// message is published again (so no subscriber gets it twice: the copies
+// of an interrupted fan-out were never sent, as each waits for the last
+// commit). A copy too large to be stored even alone is not stored: it is
+// logged and sent (copySlack makes this a subscriber with a client ID of
+// tens of kilobytes on a store of small segments).
+func (h *Hook) commitFanoutLocked(p *publish, puts []fanout, dropRec []byte) (*kdb.Commit, error) {
+	pkey := pendingKey(p.seq)
+	keys := make([][]byte, len(puts))
+	total := opCost(len(pkey), 0)
+	if dropRec != nil {
+		total += opCost(len(dropRec), 0)
+	}
+	final := total
+	for i, w := range puts {
+		keys[i] = inflightKey(w.client, w.pid)
+		total += opCost(len(keys[i]), len(w.val))
+	}
+	finish := func(tx *kdb.Txn, fans [][]byte) error {
 		if dropRec != nil {
 			if err := tx.Delete(idxInflight, dropRec); err != nil {
 				return err
 			}
 		}
+		for _, k := range fans {
+			if err := tx.Delete(idxFanout, k); err != nil {
+				return err
+			}
+		}
 		return tx.Delete(idxPending, pkey)
-	})
-	for _, w := range p.puts {
-		if w.f.pub == p {
-			w.f.pub, w.f.commit, w.f.noSync = nil, c, true
+	}
+	if total <= h.budget {
+		c, err := h.submitLocked(true, total, func(tx *kdb.Txn) error {
+			for i, w := range puts {
+				if err := tx.Put(idxInflight, keys[i], w.val); err != nil {
+					return err
+				}
+			}
+			return finish(tx, nil)
+		})
+		if !errors.Is(err, errRefused) {
+			return c, err
+		}
+		// The estimate was short: split it.
+	}
+	var fans [][]byte
+	var cur []int
+	empty := opCost(fanKeyLen, 0)
+	cost := empty
+	for i, w := range puts {
+		n := opCost(len(keys[i]), len(w.val)) + len(keys[i]) + 4 // with its entry in the fan-out record
+		if !h.fitsAlone(len(keys[i]), len(w.val)) || empty+n > h.budget {
+			h.dropCopyLocked(w, fmt.Errorf("%w: a copy of %d bytes (the store takes %d bytes a commit)", errRefused, len(w.val), h.budget))
+			continue
+		}
+		if len(cur) > 0 && cost+n > h.budget {
+			if err := h.partLocked(p.seq, &fans, puts, keys, cur); err != nil {
+				return nil, err
+			}
+			cur, cost = nil, empty
+		}
+		cur = append(cur, i)
+		cost += n
+	}
+	if len(cur) > 0 {
+		if err := h.partLocked(p.seq, &fans, puts, keys, cur); err != nil {
+			return nil, err
 		}
 	}
-	p.commit = c
-	close(p.ready)
+	return h.submitLocked(true, final+len(fans)*empty, func(tx *kdb.Txn) error { return finish(tx, fans) })
+}
+
+// partLocked submits one part of a split fan-out: the copies puts[idx] and
+// the fan-out record naming their keys, appended to *fans. A part the
+// store refuses for its size is submitted again copy by copy; a copy
+// refused alone is dropped (dropCopyLocked). The error is the store's
+// failure.
+func (h *Hook) partLocked(seq uint64, fans *[][]byte, puts []fanout, keys [][]byte, idx []int) error {
+	fk := fanoutKey(seq, uint32(len(*fans)))
+	list := make([][]byte, len(idx))
+	cost := opCost(len(fk), 0)
+	for j, i := range idx {
+		list[j] = keys[i]
+		cost += opCost(len(keys[i]), len(puts[i].val))
+	}
+	val := encodeKeyList(list)
+	cost += len(val)
+	_, err := h.submitLocked(true, cost, func(tx *kdb.Txn) error {
+		for _, i := range idx {
+			if err := tx.Put(idxInflight, keys[i], puts[i].val); err != nil {
+				return err
+			}
+		}
+		return tx.Put(idxFanout, fk, val)
+	})
+	switch {
+	case err == nil:
+		*fans = append(*fans, fk)
+		return nil
+	case !errors.Is(err, errRefused):
+		return err
+	case len(idx) > 1:
+		for _, i := range idx {
+			if err := h.partLocked(seq, fans, puts, keys, []int{i}); err != nil {
+				return err
+			}
+		}
+		return nil
+	default:
+		h.dropCopyLocked(puts[idx[0]], err)
+		return nil
+	}
+}
+
+// dropCopyLocked gives up storing a subscriber's copy the store refused
+// for its size: the hook forgets it, and the copy is sent unstored.
+func (h *Hook) dropCopyLocked(w fanout, err error) {
+	h.Log.Error("kdbmqtt: a subscriber's copy of a message is too large to store: sent, not stored", "client", w.client, "packet", w.pid, "bytes", len(w.val), "error", err)
+	if fl := h.mu.flights[w.client]; fl != nil && fl[w.pid] == w.f {
+		delete(fl, w.pid)
+	}
+	w.f.pub = nil
 }
 
 // OnQosPublish stores a message of QoS 1 or 2 the server keeps inflight
@@ -742,16 +1167,25 @@ func (h *Hook) OnQosPublish(cl *mqtt.Client, pk packets.Packet, sent int64, rese
 		return
 	}
 	key := inflightKey(cl.ID, pk.PacketID)
-	f.commit = h.submitLocked(false, func(tx *kdb.Txn) error { return tx.Put(idxInflight, key, val) })
+	f.commit, f.err = h.submitLocked(false, opCost(len(key), len(val)), func(tx *kdb.Txn) error { return tx.Put(idxInflight, key, val) })
+	if errors.Is(f.err, errRefused) && pk.FixedHeader.Type == packets.Publish {
+		// A retained message sent to a new subscriber, say, whose copy
+		// is larger than the store takes (see copySlack).
+		delete(fl, pk.PacketID)
+		h.Log.Error("kdbmqtt: a subscriber's copy of a message is too large to store: sent, not stored", "client", cl.ID, "packet", pk.PacketID, "bytes", len(val), "error", f.err)
+		return
+	}
 	if pk.FixedHeader.Type == packets.Pubrec {
-		h.setLast(cl.ID, f.commit)
+		h.setLast(cl.ID, f.commit, f.err)
 	}
 }
 
 // OnQosComplete removes a completed inflight message (not synced: if the
 // removal is lost, the message is sent again, as QoS 1 allows; a QoS 2
 // message is by then in its PUBREL state, whose resend delivers nothing).
-func (h *Hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) { h.dropFlight(cl, pk.PacketID, true) }
+func (h *Hook) OnQosComplete(cl *mqtt.Client, pk packets.Packet) {
+	_, _ = h.dropFlight(cl, pk.PacketID, true)
+}
 
 // OnQosDropped removes a dropped inflight message, except when cl is a
 // session's old client being taken over: mochi moves its inflight messages
@@ -764,24 +1198,26 @@ func (h *Hook) OnQosDropped(cl *mqtt.Client, pk packets.Packet) {
 	if cl.IsTakenOver() {
 		return
 	}
-	h.dropFlight(cl, pk.PacketID, true)
+	_, _ = h.dropFlight(cl, pk.PacketID, true)
 }
 
-// dropFlight removes a client's inflight record and returns the commit.
-func (h *Hook) dropFlight(cl *mqtt.Client, pid uint16, noSync bool) *kdb.Commit {
+// dropFlight removes a client's inflight record and returns the commit
+// (nil with noSync: the removal is queued for the next commit), or the
+// error of a removal not made.
+func (h *Hook) dropFlight(cl *mqtt.Client, pid uint16, noSync bool) (*kdb.Commit, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	fl := h.mu.flights[cl.ID]
 	f := fl[pid]
 	if f == nil {
-		return nil
+		return nil, nil
 	}
 	delete(fl, pid)
 	if len(fl) == 0 {
 		delete(h.mu.flights, cl.ID)
 	}
 	if f.pub != nil {
-		return nil // never written: its fan-out skips it
+		return nil, nil // never written: its fan-out skips it
 	}
 	key := inflightKey(cl.ID, pid)
 	if noSync {
@@ -791,9 +1227,9 @@ func (h *Hook) dropFlight(cl *mqtt.Client, pid uint16, noSync bool) *kdb.Commit 
 			h.mu.delTimer = true
 			time.AfterFunc(delFlush, h.flushDels)
 		}
-		return nil
+		return nil, nil
 	}
-	return h.submitLocked(false, func(tx *kdb.Txn) error { return tx.Delete(idxInflight, key) })
+	return h.submitLocked(false, opCost(len(key), 0), func(tx *kdb.Txn) error { return tx.Delete(idxInflight, key) })
 }
 
 // delFlush bounds how long an inflight removal waits for a commit to
@@ -805,7 +1241,7 @@ func (h *Hook) flushDels() {
 	defer h.mu.Unlock()
 	h.mu.delTimer = false
 	if len(h.mu.dels) > 0 && !h.mu.stopped {
-		h.submitLocked(true, nil)
+		_, _ = h.submitLocked(true, 0, nil)
 	}
 }
 
@@ -825,8 +1261,13 @@ func (h *Hook) OnPacketEncode(cl *mqtt.Client, pk packets.Packet) packets.Packet
 	case packets.Connack, packets.Puback, packets.Pubrec, packets.Suback, packets.Unsuback:
 		h.barrier(cl)
 	case packets.Pubcomp:
-		if c := h.dropFlight(cl, pk.PacketID, false); c != nil {
-			h.wait(cl, c, false)
+		c, err := h.dropFlight(cl, pk.PacketID, false)
+		if err != nil {
+			h.refuse(cl, err)
+			break
+		}
+		if c != nil && !h.wait(cl, c, false, nil) {
+			break
 		}
 		h.barrier(cl)
 	case packets.Publish:
@@ -851,8 +1292,9 @@ func (h *Hook) gate(cl *mqtt.Client, pid uint16, durable bool) {
 	f := h.mu.flights[cl.ID][pid]
 	var p *publish
 	var c *kdb.Commit
+	var werr error
 	if f != nil {
-		p, c = f.pub, f.commit
+		p, c, werr = f.pub, f.commit, f.err
 	}
 	h.mu.Unlock()
 	if f == nil {
@@ -860,13 +1302,14 @@ func (h *Hook) gate(cl *mqtt.Client, pid uint16, durable bool) {
 	}
 	if p != nil {
 		<-p.ready
-		c = p.commit
-		if c == nil {
-			h.wait(cl, nil, true)
-			return
-		}
+		c, werr = p.commit, p.err
 	}
-	if c == nil || !h.wait(cl, c, false) {
+	if werr != nil {
+		// The write of this state was not made: the store failed.
+		h.refuse(cl, werr)
+		return
+	}
+	if c == nil || !h.wait(cl, c, false, nil) {
 		return
 	}
 	h.mu.Lock()
@@ -906,10 +1349,10 @@ func (h *Hook) release(cl *mqtt.Client, pid uint16) {
 	})
 	val := encodeMessage(&m)
 	key := inflightKey(cl.ID, pid)
-	c := h.submitLocked(false, func(tx *kdb.Txn) error { return tx.Put(idxInflight, key, val) })
-	f.kind, f.commit = packets.Pubrel, c
+	c, err := h.submitLocked(false, opCost(len(key), len(val)), func(tx *kdb.Txn) error { return tx.Put(idxInflight, key, val) })
+	f.kind, f.commit, f.err = packets.Pubrel, c, err
 	h.mu.Unlock()
-	h.wait(cl, c, true)
+	h.wait(cl, c, true, err)
 }
 
 // OnStarted publishes again the messages acknowledged and not yet handed

@@ -16,7 +16,8 @@ import (
 // The hook's indexes, in namespace Namespace of the store. Values are
 // mochi's storage types, as the Stored* events hand them to the server:
 // storage.Message in encodeMessage's binary form, storage.Client,
-// storage.Subscription and storage.SystemInfo in their JSON.
+// storage.Subscription and storage.SystemInfo in their JSON; a fan-out
+// record is the hook's own (encodeKeyList).
 const (
 	// Namespace is the kdb namespace the hook keeps its indexes in.
 	Namespace = "mq"
@@ -26,6 +27,7 @@ const (
 	idxRetained = "ret" // topic → storage.Message
 	idxInflight = "if"  // client ID, 0, packet ID (2 bytes, big endian) → storage.Message
 	idxPending  = "pub" // sequence (8 bytes, big endian) → storage.Message: acknowledged, not yet fanned out
+	idxFanout   = "fan" // sequence (8 bytes, BE), part (4 bytes, BE) → inflight keys of a split fan-out's part
 	idxSys      = "sys" // "info" → storage.SystemInfo
 )
 
@@ -64,6 +66,48 @@ func inflightKey(client string, id uint16) []byte {
 }
 
 func pendingKey(seq uint64) []byte { return binary.BigEndian.AppendUint64(nil, seq) }
+
+// fanoutKey is the key of part part of the split fan-out of pending
+// publish seq (fanKeyLen bytes).
+func fanoutKey(seq uint64, part uint32) []byte {
+	return binary.BigEndian.AppendUint32(pendingKey(seq), part)
+}
+
+// encodeKeyList is the value of a fan-out record: the number of keys, then
+// each key, each as a uvarint and the bytes.
+func encodeKeyList(keys [][]byte) []byte {
+	n := binary.MaxVarintLen64
+	for _, k := range keys {
+		n += binary.MaxVarintLen64 + len(k)
+	}
+	b := binary.AppendUvarint(make([]byte, 0, n), uint64(len(keys)))
+	for _, k := range keys {
+		b = appendString(b, string(k))
+	}
+	return b
+}
+
+// decodeKeyList reads encodeKeyList's form (errMalformed if it does not
+// decode). The keys are copies.
+func decodeKeyList(v []byte) ([][]byte, error) {
+	r := reader{b: v}
+	n := r.uvarint("key count", uint64(len(v)))
+	keys := make([][]byte, 0, n)
+	for i := uint64(0); i < n && r.err == nil; i++ {
+		k := r.bytes("key")
+		if r.err == nil && len(k) == 0 {
+			r.fail("key")
+		}
+		keys = append(keys, k)
+	}
+	if r.err == nil && len(r.b) != 0 {
+		r.err = fmt.Errorf("%d bytes after the record", len(r.b))
+	}
+	if r.err != nil {
+		return nil, fmt.Errorf("%w: fan-out record: %v", errMalformed, r.err)
+	}
+	return keys, nil
+}
 
 // errMalformed marks a stored record the hook cannot use.
 var errMalformed = errors.New("kdbmqtt: malformed record")
@@ -256,6 +300,47 @@ func encodeMessage(m *storage.Message) []byte {
 		pf = 1
 	}
 	return append(b, p.PayloadFormat, pf)
+}
+
+// encodedMessageSize returns len(encodeMessage(m)), without encoding it.
+func encodedMessageSize(m *storage.Message) int {
+	p := &m.Properties
+	n := 1
+	for _, s := range []string{m.T, m.ID, m.Client, m.Origin, m.TopicName} {
+		n += stringSize(len(s))
+	}
+	n += varintSize(int64(m.FixedHeader.Remaining)) + 3
+	n += varintSize(m.Created) + varintSize(m.Sent) + 2
+	n += stringSize(len(m.Payload)) + stringSize(len(p.CorrelationData))
+	n += uvarintSize(uint64(len(p.SubscriptionIdentifier)))
+	for _, id := range p.SubscriptionIdentifier {
+		n += varintSize(int64(id))
+	}
+	n += uvarintSize(uint64(len(p.User)))
+	for _, u := range p.User {
+		n += stringSize(len(u.Key)) + stringSize(len(u.Val))
+	}
+	n += stringSize(len(p.ContentType)) + stringSize(len(p.ResponseTopic))
+	n += uvarintSize(uint64(p.MessageExpiryInterval)) + uvarintSize(uint64(p.TopicAlias))
+	return n + 2
+}
+
+func stringSize(n int) int { return uvarintSize(uint64(n)) + n }
+
+func uvarintSize(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
+func varintSize(v int64) int {
+	u := uint64(v) << 1 // binary.AppendVarint's zig-zag
+	if v < 0 {
+		u = ^u
+	}
+	return uvarintSize(u)
 }
 
 func appendString(b []byte, s string) []byte {

@@ -8,7 +8,9 @@
 // Prometheus text format at /metrics. SIGINT or SIGTERM stops it cleanly:
 // the connections are closed, the hook's commits waited for, and the
 // store closed (a final checkpoint). A store another process holds stops
-// it at start with ErrLocked in the message.
+// it at start with ErrLocked in the message. It exits 1 if a store write
+// failed while it served (the hook then refused every acknowledgement that
+// depends on a write), even if the stop itself went well.
 package main
 
 import (
@@ -117,13 +119,30 @@ func run(dir, listen, metricsAddr string) error {
 	if msrv != nil {
 		_ = msrv.Close()
 	}
-	_ = srv.Close() // closes the connections, then Stop waits for the hook's commits
 	closed = true
-	if err := db.Close(); err != nil {
-		return fmt.Errorf("close store: %w", err)
+	if err := shutdown(srv, hook, db); err != nil {
+		return err
 	}
 	log.Info("kdb-mqtt: stopped")
 	return nil
+}
+
+// shutdown closes the server (its connections; then the hook's Stop waits
+// for its commits) and the store, and returns every failure: the server's
+// Close, a store write that failed while serving (hook.Err: mochi's Close
+// only logs what the hook's Stop returns), the store's Close.
+func shutdown(srv interface{ Close() error }, hook interface{ Err() error }, db interface{ Close() error }) error {
+	var errs []error
+	if err := srv.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close server: %w", err))
+	}
+	if err := hook.Err(); err != nil {
+		errs = append(errs, fmt.Errorf("a store write failed while serving (acknowledgements were refused since): %w", err))
+	}
+	if err := db.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close store: %w", err))
+	}
+	return errors.Join(errs...)
 }
 
 func logRecovery(log *slog.Logger, dir string, r kdb.RecoveryReport) {
