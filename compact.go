@@ -234,6 +234,13 @@ func (db *DB) compact() (int, error) {
 					if !isRef || !cands[seg] {
 						continue
 					}
+					if n > db.maxRecord {
+						// Written with larger segments than this open's: it
+						// cannot be journaled again here (it would fail the
+						// batch, and every checkpoint with it). It stays,
+						// and so does its segment.
+						continue
+					}
 					opSize := len(name) + len(k) + 32
 					if size > 0 && (size+n > budget || rec+opSize > recBudget) {
 						tree, from = bytes.Clone(name), bytes.Clone(k)

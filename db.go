@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -128,7 +129,7 @@ func open(dir string, opts *Options) (*DB, error) {
 	archive := o.ArchiveDir
 	if archive != "" {
 		var err error
-		if archive, err = insideDir(dir, archive); err != nil {
+		if archive, err = archiveDir(o.FS, dir, archive); err != nil {
 			return nil, err
 		}
 	}
@@ -309,6 +310,71 @@ func insideDir(dir, p string) (string, error) {
 		return "", fmt.Errorf("%w: %q is not inside the store directory %s", ErrInvalid, p, dir)
 	}
 	return p, nil
+}
+
+// archiveDir checks Options.ArchiveDir and returns its path: inside dir
+// (insideDir), not a name of the store's own files (whose first component
+// it would be created under), not an existing file that is not a
+// directory, and, on the OS's file system, not a link out of dir. Each of
+// these used to open and fail later, at every checkpoint.
+func archiveDir(fsys vfs.FS, dir, p string) (string, error) {
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", fmt.Errorf("%w: ArchiveDir %q: a NUL byte", ErrInvalid, p)
+	}
+	p, err := insideDir(dir, p)
+	if err != nil {
+		return "", err
+	}
+	rel, _ := filepath.Rel(dir, p)
+	first, _, _ := strings.Cut(rel, string(filepath.Separator))
+	if isStoreFile(first) {
+		return "", fmt.Errorf("%w: ArchiveDir %q: %s is one of the store's files", ErrInvalid, p, first)
+	}
+	if _, isDir, err := fsys.Stat(p); err == nil && !isDir {
+		return "", fmt.Errorf("%w: ArchiveDir %q exists and is not a directory", ErrInvalid, p)
+	}
+	if fsys == vfs.OS {
+		// The deepest part of p that exists, with its links resolved.
+		real, rest := p, ""
+		for {
+			r, err := filepath.EvalSymlinks(real)
+			if err == nil {
+				real = filepath.Join(r, rest)
+				break
+			}
+			parent := filepath.Dir(real)
+			if parent == real {
+				return p, nil
+			}
+			rest, real = filepath.Join(filepath.Base(real), rest), parent
+		}
+		if realDir, err := filepath.EvalSymlinks(dir); err == nil {
+			if _, err := insideDir(realDir, real); err != nil {
+				return "", fmt.Errorf("%w: ArchiveDir %q leads out of the store's directory, to %s", ErrInvalid, p, real)
+			}
+		}
+	}
+	return p, nil
+}
+
+// isStoreFile reports whether name is one the store keeps in its
+// directory: the page file's, the lock, or a journal segment.
+func isStoreFile(name string) bool {
+	switch name {
+	case "lock", "db.data", "db.redo", "db.free", "db.free.prev":
+		return true
+	}
+	num, ok := strings.CutPrefix(name, "db-")
+	num, ok2 := strings.CutSuffix(num, ".log")
+	if !ok || !ok2 || num == "" {
+		return false
+	}
+	for _, c := range num {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func (db *DB) unlock() {

@@ -45,7 +45,7 @@ type Options struct {
 	ReadOnly bool
 
 	// PageSize is the page size of a new store (ignored for an existing
-	// one). Default: 4096.
+	// one): a power of two from 4096 to 65536. Default: 4096.
 	PageSize int
 	// SegmentSize is the journal segment size. Default: 32 MiB.
 	SegmentSize int64
@@ -71,8 +71,8 @@ type Options struct {
 	// keys (each may dirty a page when the checkpoint writes it into the
 	// index) or this many pages' worth of bytes, or this many pages are
 	// dirty; writers wait at twice that (docs/DESIGN.md, "The mem
-	// tables"). Default: 3072 (12 MiB of 4 KiB pages; writers wait at 24
-	// MiB).
+	// tables"). 16 to 1<<30. Default: 3072 (12 MiB of 4 KiB pages; writers
+	// wait at 24 MiB).
 	CheckpointDirtyPages int
 	// CommitGroupOps bounds the operations a commit leader gathers into one
 	// group (one journal write and fsync, one apply to the mem tables); a
@@ -88,7 +88,10 @@ type Options struct {
 
 	// ArchiveDir, if set, receives journal segments that are no longer
 	// needed instead of deleting them. A relative path is inside the
-	// store's directory; it may not escape it. Default: "" (delete).
+	// store's directory; it may not escape it (nor through a symbolic
+	// link), nor be one of the store's files, nor an existing file that is
+	// not a directory: Open refuses those (ErrInvalid). Default: ""
+	// (delete).
 	ArchiveDir string
 	// SkipDamagedJournal makes recovery skip damaged journal regions
 	// instead of failing; the recovery report lists what was lost.
@@ -168,16 +171,30 @@ func (o *Options) withDefaults() Options {
 	return r
 }
 
+// minPageSize is the smallest page that holds two keys of MaxKeySize with
+// the longest index name; maxCheckpointDirtyPages keeps
+// 2*CheckpointDirtyPages*PageSize (64 KiB pages) far from overflowing.
+const (
+	minPageSize             = 4096
+	maxCheckpointDirtyPages = 1 << 30
+)
+
 func (o *Options) validate() error {
 	switch {
-	case o.PageSize != 0 && (o.PageSize < 1024 || o.PageSize > 65536 || o.PageSize&(o.PageSize-1) != 0):
-		return fmt.Errorf("%w: PageSize %d: want a power of two in [1024, 65536]", ErrInvalid, o.PageSize)
+	case o.PageSize != 0 && (o.PageSize < minPageSize || o.PageSize > 65536 || o.PageSize&(o.PageSize-1) != 0):
+		// Below 4096 a page cannot hold two keys of MaxKeySize: Open
+		// failed only after creating the store's files.
+		return fmt.Errorf("%w: PageSize %d: want a power of two in [%d, 65536]", ErrInvalid, o.PageSize, minPageSize)
+	case o.SyncInterval < 0:
+		return fmt.Errorf("%w: SyncInterval %v: negative", ErrInvalid, o.SyncInterval)
 	case o.Sync < SyncAlways || o.Sync > UnsafeSyncNever:
 		return fmt.Errorf("%w: Sync %d", ErrInvalid, o.Sync)
 	case o.SegmentSize < 64<<10 || o.SegmentSize > 1<<30:
 		return fmt.Errorf("%w: SegmentSize %d: want 64 KiB to 1 GiB", ErrInvalid, o.SegmentSize)
-	case o.CheckpointDirtyPages < 16:
-		return fmt.Errorf("%w: CheckpointDirtyPages %d: at least 16", ErrInvalid, o.CheckpointDirtyPages)
+	case o.CheckpointDirtyPages < 16 || o.CheckpointDirtyPages > maxCheckpointDirtyPages:
+		// Above the bound, the mem tables' limits in bytes overflowed and
+		// every write waited for room for ever.
+		return fmt.Errorf("%w: CheckpointDirtyPages %d: want 16 to %d", ErrInvalid, o.CheckpointDirtyPages, maxCheckpointDirtyPages)
 	case o.CommitGroupOps < 1:
 		return fmt.Errorf("%w: CommitGroupOps %d: at least 1", ErrInvalid, o.CommitGroupOps)
 	case o.CheckpointBytes < 0:
