@@ -402,7 +402,7 @@ func (db *DB) checkpointer() {
 	defer db.wg.Done()
 	tick := time.Second
 	if iv := db.opts.CheckpointInterval; iv > 0 && iv < tick {
-		tick = iv
+		tick = max(iv, time.Millisecond)
 	}
 	t := time.NewTicker(tick)
 	defer t.Stop()

@@ -62,6 +62,8 @@ type Options struct {
 
 	// CheckpointInterval is the longest time between checkpoints while
 	// there are changes. Default: 1 minute. Negative: no timed checkpoints.
+	// The timer ticks at most every millisecond: a shorter interval acts
+	// as 1 ms (a nanosecond's ticker kept a core busy on an idle store).
 	CheckpointInterval time.Duration
 	// CheckpointBytes starts a checkpoint once this much journal was
 	// written since the last one. Default: 64 MiB.
