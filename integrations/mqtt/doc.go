@@ -148,6 +148,9 @@
 // session keeps its inflight records (mochi moves the messages to the new
 // client and reports them dropped from the old one: OnQosDropped on a
 // client taken over is ignored); a connection made while OnStarted
-// publishes the pending messages again waits until it is done; message
-// records are in a binary encoding, not JSON.
+// publishes the pending messages again waits until it is done; a
+// connection resuming a session waits (at most 2 s) for the fan-outs in
+// progress, which mochi starts after the PUBACK, so that a message
+// acknowledged before the CONNECT is on the old client object when the
+// new one clones it; message records are in a binary encoding, not JSON.
 package kdbmqtt
