@@ -22,6 +22,9 @@ type checkOut struct {
 	Index          *kdb.CheckReport `json:"index,omitempty"`
 	JournalRecords int64            `json:"journal_records"`
 	JournalBytes   int64            `json:"journal_bytes"`
+	// incomplete: an error that is not damage (out of file descriptors,
+	// memory, a permission) stopped a part of the check (exit 3).
+	incomplete bool
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
@@ -105,16 +108,17 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 	if in.serr != nil {
 		note("store", in.serr)
 	} else if err := checkIndex(dir, in.FreeList.LiedPages > 0, out, stderr); err != nil {
-		out.Problems = append(out.Problems, problem{"error", "index", err.Error()})
+		out.Problems = append(out.Problems, readProblem("index", err))
 		note("index", err)
 	}
 	if in.jerr != nil {
 		note("journal", in.jerr)
 	} else if err := checkJournal(dir, out, stderr); err != nil {
-		out.Problems = append(out.Problems, problem{"error", "journal", err.Error()})
+		out.Problems = append(out.Problems, readProblem("journal", err))
 		note("journal", err)
 	}
 	out.OK = true
+	out.incomplete = ioErr != nil
 	for _, p := range out.Problems {
 		if p.Severity == "error" {
 			out.OK = false
@@ -190,9 +194,12 @@ func printCheck(w io.Writer, o *checkOut) {
 	}
 	fmt.Fprintf(w, "journal: %d records (%d payload bytes) verified\n", o.JournalRecords, o.JournalBytes)
 	printProblems(w, o.Problems)
-	if o.OK {
+	switch {
+	case o.OK:
 		fmt.Fprintf(w, "ok\n")
-	} else {
+	case o.incomplete:
+		fmt.Fprintf(w, "check incomplete: an I/O or resource error stopped it (see above)\n")
+	default:
 		fmt.Fprintf(w, "problems found\n")
 	}
 }

@@ -200,6 +200,9 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 			code = exitProblems
 		}
 	}
+	if notDamage(out.jerr) || notDamage(out.serr) {
+		code = exitIO // out of file descriptors or memory, a permission: not the store's fault
+	}
 	if *asJSON {
 		if writeJSON(stdout, out) != exitOK {
 			return exitIO
@@ -299,7 +302,7 @@ func inspectStore(dir string) (*inspectOut, error) {
 	}
 
 	if out.Journal.Error != "" {
-		out.Problems = append(out.Problems, problem{"error", "journal", out.Journal.Error})
+		out.Problems = append(out.Problems, readProblem("journal", out.jerr))
 	} else if out.Journal.TornBeforeReplay {
 		out.Problems = append(out.Problems, problem{"error", "journal",
 			fmt.Sprintf("the journal is cut or damaged at %s, at or before the checkpoint's replay position %s: those bytes were durable, so this is not a crash's torn tail (recovery refuses the store)", out.Journal.TornAt,
@@ -312,10 +315,24 @@ func inspectStore(dir string) (*inspectOut, error) {
 	out.Store, out.serr = inspectIndexes(dir)
 	out.Store.AsOf = out.Meta.CheckpointID
 	if out.Store.Error != "" {
-		out.Problems = append(out.Problems, problem{"error", "store", out.Store.Error})
+		out.Problems = append(out.Problems, readProblem("store", out.serr))
 	}
 	return out, nil
 }
+
+// readProblem is the problem of a part of the store that could not be
+// read: damage, or, for any other error (out of file descriptors or
+// memory, a permission), an I/O error that says it is not damage.
+func readProblem(area string, err error) problem {
+	if notDamage(err) {
+		return problem{"error", area, "could not be read (an I/O or resource error, not damage): " + err.Error()}
+	}
+	return problem{"error", area, err.Error()}
+}
+
+// notDamage reports whether err is an error that is not about damaged
+// bytes (exit 3).
+func notDamage(err error) bool { return err != nil && !isCorrupt(err) }
 
 // freeListLie describes a trusted free-list file that lists pages in use,
 // and what fixes it: a rebuild by a scan, unless db.data is short (then
