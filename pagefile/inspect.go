@@ -42,8 +42,11 @@ type Inspection struct {
 // SlotInfo describes one meta slot.
 type SlotInfo struct {
 	Intact bool
-	Err    string
-	Meta   Meta
+	// Unwritten: the slot is all zero, never written (a new store whose
+	// second checkpoint has not run), not damaged. Err says so too.
+	Unwritten bool
+	Err       string
+	Meta      Meta
 }
 
 // FreeFileInfo describes one free-list file.
@@ -82,6 +85,10 @@ func Inspect(fsys vfs.FS, dir string) (*Inspection, error) {
 		off := int64(metaSlotPage+s) * int64(f.pageSize)
 		if err := readFull(f.data, buf, off); err != nil {
 			in.Slots[s].Err = err.Error()
+			continue
+		}
+		if allZero(buf) {
+			in.Slots[s] = SlotInfo{Unwritten: true, Err: "never written (all zero)"}
 			continue
 		}
 		m, err := decodeMeta(buf, s, hdr, f.dataName, off)
@@ -154,4 +161,14 @@ func (fi FreeFileInfo) String() string {
 	}
 	return fmt.Sprintf("%s: checkpoint %v, page count %d, %d free pages in %d ranges, matches meta: %v",
 		fi.Name, fi.ID, fi.PageCount, fi.FreePages, len(fi.Ranges), fi.MatchesMeta)
+}
+
+// allZero reports whether b holds only zero bytes.
+func allZero(b []byte) bool {
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
 }

@@ -55,6 +55,7 @@ type metaOut struct {
 type slotOut struct {
 	Slot         int    `json:"slot"`
 	Intact       bool   `json:"intact"`
+	Unwritten    bool   `json:"unwritten,omitempty"`
 	Error        string `json:"error,omitempty"`
 	Seq          uint64 `json:"seq"`
 	CheckpointID string `json:"checkpoint_id"`
@@ -232,10 +233,10 @@ func inspectStore(dir string) (*inspectOut, error) {
 		Root: uint64(m.Root), ReplaySegment: m.ReplaySegment, ReplayOffset: m.ReplayOffset, AppLen: len(m.App),
 	}
 	for i, s := range in.Slots {
-		so := slotOut{Slot: i, Intact: s.Intact, Error: s.Err}
+		so := slotOut{Slot: i, Intact: s.Intact, Unwritten: s.Unwritten, Error: s.Err}
 		if s.Intact {
 			so.Seq, so.CheckpointID, so.PageCount = s.Meta.Seq, s.Meta.ID.String(), s.Meta.PageCount
-		} else {
+		} else if !s.Unwritten {
 			out.Problems = append(out.Problems, problem{"warning", "pagefile",
 				fmt.Sprintf("meta slot %d not intact: %s", i, s.Err)})
 		}
@@ -515,6 +516,8 @@ func printInspect(w io.Writer, o *inspectOut) {
 	for _, s := range o.MetaSlots {
 		if s.Intact {
 			fmt.Fprintf(w, "  slot %d: intact, seq %d, checkpoint %s, PageCount %d\n", s.Slot, s.Seq, s.CheckpointID, s.PageCount)
+		} else if s.Unwritten {
+			fmt.Fprintf(w, "  slot %d: never written\n", s.Slot)
 		} else {
 			fmt.Fprintf(w, "  slot %d: NOT intact: %s\n", s.Slot, oneLine(s.Error))
 		}

@@ -55,3 +55,22 @@ func TestInspectCheck_OutOfFileDescriptorsIsNotDamage(t *testing.T) {
 		t.Fatalf("check: exit %d\n%s%s", code, out, errs)
 	}
 }
+
+// TestInspect_UnwrittenMetaSlot: a new store's second meta slot, all
+// zero until its second checkpoint, is "never written", not a damaged
+// slot ("NOT intact: bad magic", a warning).
+func TestInspect_UnwrittenMetaSlot(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db, err := kdb.Open(dir, &kdb.Options{CheckpointInterval: -1, NoCheckpointOnClose: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runTool(t, "inspect", dir)
+	if code != exitOK || !strings.Contains(out, "never written") || strings.Contains(out, "NOT intact") || strings.Contains(out, "warning") {
+		t.Fatalf("inspect: exit %d\n%s%s", code, out, errs)
+	}
+}
