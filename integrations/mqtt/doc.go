@@ -142,7 +142,10 @@
 //
 // Besides the acknowledgements above: refused subscriptions (reason code
 // 0x80 and up) are not stored; the session-expiry flag is stored, so an
-// expiry survives a restart; an expired session's subscriptions and inflight
+// expired session stays expired after a restart (but an expiry interval
+// counts from the broker's start, not from the disconnect: mochi's stored
+// client has no disconnect time, so the time the broker was down does not
+// count); an expired session's subscriptions and inflight
 // messages are removed with it; removing a retained message that was not
 // there writes a removal, not an empty retained message; a resumed
 // session keeps its inflight records (mochi moves the messages to the new
