@@ -44,7 +44,8 @@ func (tx *Tx) usable() error {
 }
 
 // Send adds a message to the transaction; m.Seq is set at Commit. m must
-// not change until then.
+// not change until then. The same m sent to two destinations gets the
+// sequence number of the later Send: send a copy to each to know both.
 func (tx *Tx) Send(kind DestKind, dest string, m *Message) error {
 	if err := tx.usable(); err != nil {
 		return err
@@ -152,7 +153,9 @@ func (tx *Tx) Rollback() { tx.done = true }
 // transaction can commit now (no duplicate, every acked message there) and
 // stores it durably under xid. It survives a crash, is listed by Prepared,
 // and is finished by CommitPrepared or RollbackPrepared. Its sends get their
-// sequence numbers at CommitPrepared. A prepared transaction holds no lock:
+// sequence numbers at CommitPrepared, which does not report them (the
+// transaction may be committed by another process after a crash): find a
+// message by its ID (GetMessage, or Read). A prepared transaction holds no lock:
 // a conflicting write made before CommitPrepared makes it fail (then roll it
 // back). On return (nil) it is durable.
 func (tx *Tx) Prepare(xid string) error {
