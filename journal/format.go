@@ -202,7 +202,7 @@ func decodeRecHeader(b []byte, seg SegmentID, off int64, maxRecord int, avail in
 	}
 	if int64(h.length) > int64(maxRecord) {
 		if frameSize(int(h.length)) <= avail {
-			return h, fmt.Errorf("%w: %s: record length %d exceeds the maximum %d: reopen with the MaxRecordSize it was written with", errAboveMax, loc, h.length, maxRecord)
+			return h, fmt.Errorf("%w: %s: record length %d exceeds the maximum %d: damaged, or written with a larger MaxRecordSize (then reopen with it)", errAboveMax, loc, h.length, maxRecord)
 		}
 		return h, fmt.Errorf("%w: %s: record length %d exceeds the maximum %d", ErrCorrupt, loc, h.length, maxRecord)
 	}

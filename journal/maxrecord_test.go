@@ -3,6 +3,7 @@ package journal
 import (
 	"bytes"
 	"errors"
+	"os"
 	"testing"
 
 	"github.com/kdb-project/kdb/vfs"
@@ -68,5 +69,48 @@ func TestOpen_RecordAboveEveryBoundIsCorrupt(t *testing.T) {
 	defer mustClose(t, j2)
 	if rep.TornBytesTruncated != 0 || len(collect(t, j2)) != 1 {
 		t.Fatalf("after the refused open: truncated %d, want the record", rep.TornBytesTruncated)
+	}
+}
+
+// TestOpen_FlippedLengthSkipsOnlyItsBatch: with SkipDamaged, a frame whose
+// length a flipped bit raised above the read bound is skipped alone: the
+// search for the next frame starts right after its header, not where the
+// damaged length says it ends (that skipped most of a segment of intact
+// batches).
+func TestOpen_FlippedLengthSkipsOnlyItsBatch(t *testing.T) {
+	mem := vfs.NewMem()
+	j, _ := openMem(t, mem, Options{SegmentSize: 32 << 20})
+	var locs []Location
+	for b := range 24 {
+		l, err := j.Append(Record{Type: 1, Payload: payload(b, 0, 1<<20)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		locs = append(locs, l[0])
+	}
+	mustClose(t, j)
+	// Bit 24 of record 3's length: 1 MiB becomes 17 MiB.
+	name := testDir + "/" + locs[3].Segment.String()
+	f, err := mem.OpenFile(name, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b [1]byte
+	at := locs[3].Offset + 16 + 3
+	if _, err := f.ReadAt(b[:], at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 1
+	if _, err := f.WriteAt(b[:], at); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	j2, rep := openMem(t, mem, Options{SegmentSize: 32 << 20, SkipDamaged: true})
+	defer mustClose(t, j2)
+	if len(rep.Skipped) != 1 {
+		t.Fatalf("skipped %v, want one range", rep.Skipped)
+	}
+	if got := len(collect(t, j2)); got != 23 {
+		t.Fatalf("read %d records, want the 23 intact ones", got)
 	}
 }

@@ -659,7 +659,11 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 			damageStart = batchStart
 		}
 		searchFrom := off + recAlign
-		if hard {
+		if hard && !errors.Is(err, errAboveMax) {
+			// A frame that verifies but is out of place: what follows it
+			// is searched. A length above the read bound is not trusted
+			// that far (one flipped bit would skip up to a segment of
+			// intact batches).
 			searchFrom = off + frameSize(int(h.length))
 		}
 		fw, ferr := j.forward(r, id, seed, off, searchFrom, size)
