@@ -126,6 +126,9 @@ type FSM struct {
 	gen     uint64
 	applied atomic.Uint64
 	floor   atomic.Uint64 // the index of the snapshot CatchUp found; entries up to it are covered
+	// snaps is raft's snapshot store (CatchUp or UseSnapshots, before
+	// raft starts): entries up to its newest snapshot are covered too.
+	snaps raft.SnapshotStore
 
 	restores atomic.Uint64
 }
@@ -238,6 +241,7 @@ func (f *FSM) Get(key []byte) ([]byte, error) {
 // reports whether it did. A snapshot that fails to restore is an error: the
 // node must not start.
 func (f *FSM) CatchUp(snaps raft.SnapshotStore) (restored bool, err error) {
+	f.UseSnapshots(snaps)
 	metas, err := snaps.List()
 	if err != nil {
 		return false, fmt.Errorf("kvfsm: list snapshots: %w", err)
@@ -264,11 +268,32 @@ func (f *FSM) CatchUp(snaps raft.SnapshotStore) (restored bool, err error) {
 	return restored, nil
 }
 
+// UseSnapshots tells the FSM raft's snapshot store (CatchUp does it);
+// call it before raft.NewRaft. A snapshot covers every entry up to its
+// index, while the applied index inside it is that of its last command:
+// the no-ops and barriers after it, which raft never hands an FSM nor
+// sends to a follower that installs the snapshot, are covered by the
+// snapshot, not found in the log. Without it, a follower that installed a
+// leader's snapshot found such a gap before its next entry, and panicked.
+func (f *FSM) UseSnapshots(snaps raft.SnapshotStore) { f.snaps = snaps }
+
 // checkGap returns an error unless every index from applied+1 to next-1 is
-// covered by the snapshot CatchUp found or is an entry that raft does not
-// hand an FSM.
+// covered by the newest snapshot (every snapshot that exists was taken from
+// this FSM or restored into it before any later entry: raft saves an
+// installed one and then restores it, and CatchUp restores one a stop
+// interrupted) or is an entry that raft does not hand an FSM.
 func (f *FSM) checkGap(applied, next uint64) error {
-	from := max(applied, f.floor.Load()) + 1
+	covered := max(applied, f.floor.Load())
+	if f.snaps != nil {
+		metas, err := f.snaps.List()
+		if err != nil {
+			return fmt.Errorf("list snapshots: %w", err)
+		}
+		if len(metas) > 0 {
+			covered = max(covered, metas[0].Index)
+		}
+	}
+	from := covered + 1
 	for i := from; i < next; i++ {
 		if f.log == nil {
 			return fmt.Errorf("entries %d..%d were never applied (no raft log to check what they were)", i, next-1)

@@ -261,3 +261,43 @@ func TestFSM_CatchUpRestoresSnapshotAhead(t *testing.T) {
 		t.Fatalf("CatchUp with a damaged snapshot: restored %v, %v", restored, err)
 	}
 }
+
+// TestFSM_GapCoveredByAnInstalledSnapshot: a leader's snapshot is named by
+// raft's index (7) while the applied index inside it is its last command's
+// (5): 6 and 7 are a no-op and a barrier. A follower that installs it
+// (raft saves it, then calls Restore) never gets entries 6 and 7 in its
+// log; its next entry, 8, must apply. It panicked ("entry 6 was never
+// applied and is not in raft's log"), and again at every restart.
+func TestFSM_GapCoveredByAnInstalledSnapshot(t *testing.T) {
+	dbA, leader := open(t, filepath.Join(t.TempDir(), "a"))
+	defer dbA.Close()
+	leader.ApplyBatch([]*raft.Log{put(1, "a", "1"), put(2, "b", "2"), put(5, "c", "5")})
+	snaps := raft.NewInmemSnapshotStore()
+
+	dbB, follower := open(t, filepath.Join(t.TempDir(), "b"))
+	defer dbB.Close()
+	follower.log = raft.NewInmemStore() // the follower's log holds nothing up to the snapshot
+	if _, err := follower.CatchUp(snaps); err != nil {
+		t.Fatal(err)
+	}
+	snapshotAt(t, leader, snaps, 7) // raft saves the installed snapshot...
+	metas, err := snaps.List()
+	if err != nil || len(metas) != 1 {
+		t.Fatal(metas, err)
+	}
+	_, rc, err := snaps.Open(metas[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := follower.Restore(rc); err != nil { // ...then restores it
+		t.Fatal(err)
+	}
+	if resp := follower.ApplyBatch([]*raft.Log{put(8, "d", "8")}); resp[0] != nil || follower.Applied() != 8 {
+		t.Fatalf("entry 8 after the installed snapshot: %v, applied %d", resp, follower.Applied())
+	}
+	// A command missing above the snapshot is still a hole.
+	msg := mustPanic(t, "a hole above the snapshot", func() { follower.ApplyBatch([]*raft.Log{put(10, "e", "10")}) })
+	if !strings.Contains(msg, "entry 9") {
+		t.Fatalf("panic %q", msg)
+	}
+}
