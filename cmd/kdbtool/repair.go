@@ -119,7 +119,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	var saved []string
 	for _, name := range []string{"db.redo", "db.free", "db.free.prev"} {
 		p := filepath.Join(dir, name)
-		st, err := os.Lstat(p)
+		st, err := os.Stat(p) // through a link, as kdb opens it
 		if err != nil || st.Mode().IsRegular() {
 			continue
 		}
