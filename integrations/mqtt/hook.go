@@ -107,6 +107,12 @@ type flight struct {
 	err     error       // the write of its current state failed (commit is nil)
 	pub     *publish    // the publish whose fan-out commit will write it
 	noSync  bool        // commit is a fan-out's, not waited durable (see gate)
+	// unstored: a fan-out's copy the store refused for its size
+	// (dropCopyLocked). Nothing of it is stored, but it is kept so that
+	// gate holds it until the fan-out's last commit (and, for QoS 2, a
+	// sync), like the stored copies: sent before, a crash would publish
+	// the pending message again and deliver it twice.
+	unstored bool
 }
 
 // publish is one PUBLISH of QoS 1 or 2 between OnPublish and the commit of
@@ -703,7 +709,7 @@ func (h *Hook) OnClientExpired(cl *mqtt.Client) {
 		cost += opCost(len(k), 0)
 	}
 	for pid, f := range fl {
-		if f.pub == nil {
+		if f.pub == nil && !f.unstored {
 			cost += opCost(len(inflightKey(cl.ID, pid)), 0)
 		}
 	}
@@ -717,7 +723,7 @@ func (h *Hook) OnClientExpired(cl *mqtt.Client) {
 			}
 		}
 		for pid, f := range fl {
-			if f.pub == nil {
+			if f.pub == nil && !f.unstored {
 				if err := tx.Delete(idxInflight, inflightKey(cl.ID, pid)); err != nil {
 					return err
 				}
@@ -822,6 +828,13 @@ func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 		// OnPublish refuses such a message before it gets here; a will
 		// does not pass through OnPublish.
 		h.Log.Warn("kdbmqtt: a retained message too large to store; not retained across a restart", "client", cl.ID, "topic", pk.TopicName, "bytes", len(val), "error", err)
+		if p := h.mu.open[cl.ID]; p == nil || p.tag != pk.Connect.ClientIdentifier {
+			// Not the client's publish awaiting its ack (a will, sent
+			// when the client is gone, or later, delayed): there is no
+			// ack to refuse, and the error would stick to the client's
+			// next connection and refuse its CONNACK.
+			err = nil
+		}
 	}
 	h.setLast(cl.ID, c, err)
 }
@@ -1074,8 +1087,9 @@ const fanKeyLen = 12
 // message is published again (so no subscriber gets it twice: the copies
 // of an interrupted fan-out were never sent, as each waits for the last
 // commit). A copy too large to be stored even alone is not stored: it is
-// logged and sent (copySlack makes this a subscriber with a client ID of
-// tens of kilobytes on a store of small segments).
+// logged, and sent when the stored copies are (dropCopyLocked; copySlack
+// makes this a subscriber with a client ID of tens of kilobytes on a store
+// of small segments).
 func (h *Hook) commitFanoutLocked(p *publish, puts []fanout, dropRec []byte) (*kdb.Commit, error) {
 	pkey := pendingKey(p.seq)
 	keys := make([][]byte, len(puts))
@@ -1185,13 +1199,15 @@ func (h *Hook) partLocked(seq uint64, fans *[][]byte, puts []fanout, keys [][]by
 }
 
 // dropCopyLocked gives up storing a subscriber's copy the store refused
-// for its size: the hook forgets it, and the copy is sent unstored.
+// for its size. Its flight stays, marked unstored and still on its
+// publish, so that finishLocked gives it the fan-out's last commit and
+// gate holds the copy until that commit (and, for QoS 2, a sync), as it
+// holds the stored copies: until then the pending publish is on disk, and
+// a crash publishes it again, so a copy sent earlier would be delivered
+// twice. The copy is then sent without being stored.
 func (h *Hook) dropCopyLocked(w fanout, err error) {
-	h.Log.Error("kdbmqtt: a subscriber's copy of a message is too large to store: sent, not stored", "client", w.client, "packet", w.pid, "bytes", len(w.val), "error", err)
-	if fl := h.mu.flights[w.client]; fl != nil && fl[w.pid] == w.f {
-		delete(fl, w.pid)
-	}
-	w.f.pub = nil
+	h.Log.Error("kdbmqtt: a subscriber's copy of a message is too large to store: sent once its fan-out is written, not stored", "client", w.client, "packet", w.pid, "bytes", len(w.val), "error", err)
+	w.f.unstored = true
 }
 
 // OnQosPublish stores a message of QoS 1 or 2 the server keeps inflight
@@ -1269,8 +1285,8 @@ func (h *Hook) dropFlight(cl *mqtt.Client, pid uint16, noSync bool) (*kdb.Commit
 	if len(fl) == 0 {
 		delete(h.mu.flights, cl.ID)
 	}
-	if f.pub != nil {
-		return nil, nil // never written: its fan-out skips it
+	if f.pub != nil || f.unstored {
+		return nil, nil // never written: its fan-out skips it, or it was not stored
 	}
 	key := inflightKey(cl.ID, pid)
 	if noSync {
@@ -1403,7 +1419,7 @@ func (h *Hook) release(cl *mqtt.Client, pid uint16) {
 	val := encodeMessage(&m)
 	key := inflightKey(cl.ID, pid)
 	c, err := h.submitLocked(false, opCost(len(key), len(val)), func(tx *kdb.Txn) error { return tx.Put(idxInflight, key, val) })
-	f.kind, f.commit, f.err = packets.Pubrel, c, err
+	f.kind, f.commit, f.err, f.unstored = packets.Pubrel, c, err, false
 	h.mu.Unlock()
 	h.wait(cl, c, true, err)
 }
