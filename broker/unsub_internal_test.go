@@ -18,15 +18,7 @@ import (
 // what was pending for it: one Unsubscribe removed two. It now stops: the
 // subscription it began on is gone.
 func TestUnsubscribe_LeavesANewGenerationAlone(t *testing.T) {
-	db, err := kdb.Open(filepath.Join(t.TempDir(), "db"), &kdb.Options{SegmentSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b, err := Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openTestBroker(t, &kdb.Options{SegmentSize: 64 << 10})
 	if err := b.Subscribe("t", "s"); err != nil {
 		t.Fatal(err)
 	}
@@ -82,15 +74,7 @@ func TestUnsubscribe_LeavesANewGenerationAlone(t *testing.T) {
 // and RollbackPrepared as for Prepare; an unknown queue is ErrNotFound for
 // AckAsync with no sequence numbers, as for Ack.
 func TestAPI_BadInputEveryWay(t *testing.T) {
-	db, err := kdb.Open(filepath.Join(t.TempDir(), "db"), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b, err := Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openTestBroker(t, nil)
 	for _, xid := range []string{"", strings.Repeat("x", 256)} {
 		if err := b.CommitPrepared(xid); !errors.Is(err, kdb.ErrInvalid) {
 			t.Errorf("CommitPrepared(%d bytes): %v, want ErrInvalid", len(xid), err)
@@ -117,16 +101,8 @@ func TestAPI_BadInputEveryWay(t *testing.T) {
 // the store's journal segments hold is ErrInvalid in the broker's words
 // (it was the engine's "value record ...: split the batch").
 func TestSend_LargerThanTheStoresRecords(t *testing.T) {
-	db, err := kdb.Open(filepath.Join(t.TempDir(), "db"), &kdb.Options{SegmentSize: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	b, err := Open(db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = b.Send(Queue, "q", &Message{ID: "big", Body: make([]byte, 600<<10)})
+	b := openTestBroker(t, &kdb.Options{SegmentSize: 1 << 20})
+	_, err := b.Send(Queue, "q", &Message{ID: "big", Body: make([]byte, 600<<10)})
 	if !errors.Is(err, kdb.ErrInvalid) || !strings.Contains(err.Error(), "SegmentSize") {
 		t.Fatalf("Send of 600 KiB with 1 MiB segments: %v, want ErrInvalid naming SegmentSize", err)
 	}
@@ -140,4 +116,20 @@ func TestSend_LargerThanTheStoresRecords(t *testing.T) {
 	if err := tx.Prepare("x"); !errors.Is(err, kdb.ErrInvalid) || !strings.Contains(err.Error(), "SegmentSize") {
 		t.Fatalf("Prepare of 600 KiB with 1 MiB segments: %v, want ErrInvalid naming SegmentSize", err)
 	}
+}
+
+// openTestBroker opens a broker on a new store in a temporary directory,
+// closed when the test ends.
+func openTestBroker(t *testing.T, o *kdb.Options) *Broker {
+	t.Helper()
+	db, err := kdb.Open(filepath.Join(t.TempDir(), "db"), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	b, err := Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

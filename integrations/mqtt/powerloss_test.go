@@ -38,6 +38,13 @@ func startInProc(t testing.TB, fs vfs.FS, dir string) *inproc {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return serveInProc(t, db, srv)
+}
+
+// serveInProc adds the kdb hook on db to srv and serves it on a loopback
+// port; the test's cleanup closes both.
+func serveInProc(t testing.TB, db *kdb.DB, srv *mqtt.Server) *inproc {
+	t.Helper()
 	h := new(kdbmqtt.Hook)
 	if err := srv.AddHook(h, &kdbmqtt.Options{DB: db, Server: srv}); err != nil {
 		t.Fatal(err)

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
-	kdbmqtt "github.com/kdb-project/kdb/integrations/mqtt"
-	"github.com/kdb-project/kdb/integrations/mqtt/internal/brokerconf"
 	"github.com/kdb-project/kdb/vfs"
 	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/packets"
@@ -196,18 +194,5 @@ func startInProcAuth(t testing.TB, dir string, auth mqtt.Hook) *inproc {
 	if err := srv.AddHook(auth, nil); err != nil {
 		t.Fatal(err)
 	}
-	h := new(kdbmqtt.Hook)
-	if err := srv.AddHook(h, &kdbmqtt.Options{DB: db, Server: srv}); err != nil {
-		t.Fatal(err)
-	}
-	l, err := brokerconf.Listen(srv, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := srv.Serve(); err != nil {
-		t.Fatal(err)
-	}
-	b := &inproc{db: db, srv: srv, hook: h, addr: l.Address()}
-	t.Cleanup(func() { b.close(t) })
-	return b
+	return serveInProc(t, db, srv)
 }
