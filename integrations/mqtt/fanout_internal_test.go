@@ -3,14 +3,11 @@ package kdbmqtt
 import (
 	"bytes"
 	"errors"
-	"io"
-	"log/slog"
 	"reflect"
 	"testing"
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/vfs"
-	mqtt "github.com/mochi-mqtt/server/v2"
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 	"github.com/mochi-mqtt/server/v2/packets"
 )
@@ -53,12 +50,7 @@ func TestHook_LoadUndoesInterruptedFanout(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	h := new(Hook)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h.SetOpts(log, &mqtt.HookOptions{})
-	if err := h.Init(&Options{DB: db, Server: mqtt.New(&mqtt.Options{Logger: log})}); err != nil {
-		t.Fatal(err)
-	}
+	h := initTestHook(t, db)
 	var got []string
 	for _, m := range h.loadedInflight {
 		got = append(got, m.Client+"="+string(m.Payload))

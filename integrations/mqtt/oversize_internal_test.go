@@ -2,8 +2,6 @@ package kdbmqtt
 
 import (
 	"bytes"
-	"io"
-	"log/slog"
 	"sync/atomic"
 	"testing"
 
@@ -28,12 +26,7 @@ func newSmallHook(t *testing.T) (*Hook, *atomic.Int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := new(Hook)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h.SetOpts(log, &mqtt.HookOptions{})
-	if err := h.Init(&Options{DB: db, Server: mqtt.New(&mqtt.Options{Logger: log})}); err != nil {
-		t.Fatal(err)
-	}
+	h := initTestHook(t, db)
 	t.Cleanup(func() {
 		_ = h.Stop()
 		_ = db.Close()

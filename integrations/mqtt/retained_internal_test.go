@@ -40,12 +40,7 @@ func TestStoredRetainedMessages_SkipsBadRecordsExactly(t *testing.T) {
 	if err := db.Write(b); err != nil {
 		t.Fatal(err)
 	}
-	h := new(Hook)
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	h.SetOpts(log, &mqtt.HookOptions{})
-	if err := h.Init(&Options{DB: db, Server: mqtt.New(&mqtt.Options{Logger: log})}); err != nil {
-		t.Fatal(err)
-	}
+	h := initTestHook(t, db)
 	got, err := h.StoredRetainedMessages()
 	if err != nil {
 		t.Fatal(err)
@@ -62,4 +57,17 @@ func TestStoredRetainedMessages_SkipsBadRecordsExactly(t *testing.T) {
 	if n := h.skipped.Load(); n != 3 {
 		t.Errorf("skipped %d records, want 3", n)
 	}
+}
+
+// initTestHook returns a hook initialised on db, with a server of its own
+// and no log output (its callbacks are called directly by the test).
+func initTestHook(t *testing.T, db *kdb.DB) *Hook {
+	t.Helper()
+	h := new(Hook)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	h.SetOpts(log, &mqtt.HookOptions{})
+	if err := h.Init(&Options{DB: db, Server: mqtt.New(&mqtt.Options{Logger: log})}); err != nil {
+		t.Fatal(err)
+	}
+	return h
 }
