@@ -116,7 +116,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	// moved aside first, so that the rest can be inspected.
 	var moved []repairAction
 	var notRegular []problem
-	var saved []string
+	saved := []string{} // JSON: an empty list, never null
 	for _, name := range []string{"db.redo", "db.free", "db.free.prev"} {
 		p := filepath.Join(dir, name)
 		st, err := os.Stat(p) // through a link, as kdb opens it
@@ -142,9 +142,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		}
 	} else if len(moved) > 0 {
 		// A dry run: the store cannot be inspected past such a name.
-		out := &repairOut{Dir: dir, Problems: []problem{}, Actions: moved, Unfixable: []string{}, Saved: []string{}}
-		out.Problems = append(out.Problems, notRegular...)
-		return out, nil
+		return &repairOut{Dir: dir, Problems: notRegular, Actions: moved, Unfixable: []string{}, Saved: saved}, nil
 	}
 	in, err := inspectStore(dir)
 	if err != nil {

@@ -165,3 +165,20 @@ func freeListNameIsADirectory(t *testing.T, name string) {
 		t.Fatalf("check after repair: exit %d", code)
 	}
 }
+
+// TestRepair_JSONListsNeverNull: the JSON's lists are [] when empty, as
+// the README documents them (saved was null on a store with nothing to
+// repair).
+func TestRepair_JSONListsNeverNull(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 100)
+	code, out, errs := runTool(t, "repair", "--json", dir)
+	if code != exitOK {
+		t.Fatalf("repair --json: exit %d\n%s%s", code, out, errs)
+	}
+	for _, field := range []string{`"problems"`, `"actions"`, `"unfixable"`, `"saved"`} {
+		if strings.Contains(out, field+": null") {
+			t.Errorf("%s is null:\n%s", field, out)
+		}
+	}
+}
