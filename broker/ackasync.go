@@ -68,8 +68,7 @@ func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 	}
 	if len(seqs) == 0 {
 		// Nothing to ack; the queue must exist, as for Ack.
-		var kb [64]byte
-		_, err := b.ns.Get(destsTree, append(append(kb[:0], byte(kind)), dest...))
+		_, err := b.ns.Get(destsTree, destKey(kind, dest))
 		if errors.Is(err, kdb.ErrNotFound) {
 			return fmt.Errorf("%w: %s %q", kdb.ErrNotFound, kind, dest)
 		}
