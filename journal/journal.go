@@ -71,24 +71,40 @@ type Stats struct {
 // two), and one fdatasync covers every batch written before it began.
 //
 // Invariants:
+//
 //   - w is guarded by wmu (Open sets it before the journal is shared).
 //     w.synced <= w.off; bytes of the active segment in [w.synced, w.off)
 //     may vanish in a crash. w.synced only grows, and only after an
 //     fdatasync of w.seg that began when w.off was at least the new value.
+//
 //   - Every frame carries, in its synced field, a w.synced of the time it
 //     was written: proof, on recovery, that the bytes before it were durable.
+//
 //   - A segment other than the active one is sealed and wholly durable.
+//
 //   - Under SyncAlways the published tail (mu.tail, segment.end) never
 //     passes a synced byte; under the other policies it is what was written.
 //     segment.written (what Read serves) is what was written, always.
+//
 //   - mu.segs holds consecutive segment ids in ascending order; the last one
 //     is the active segment.
+//
 //   - Once mu.err is set, every writing call returns it. A failed write or
 //     fsync is never retried.
 //
-// Lock order: rmMu → smu → wmu → mu → segment.rw. No lock but smu (and
-// segment.rw, shared, against RemoveBefore) is held across a SyncTo's
-// fdatasync; wmu is held across the fdatasyncs of a rotation.
+//   - After an fdatasync of the active segment failed, no fdatasync of it
+//     runs or counts: the failed one may have dropped the dirty pages it
+//     reported (Linux does), and a later one would then succeed without
+//     them. fsyncMu is held across each fdatasync of the active segment
+//     and the recording of its failure (fail), and a sync that finds the
+//     journal failed does not run. (Without it, a rotation's fdatasync
+//     racing a failed SyncTo sealed the segment and so acknowledged the
+//     batches whose pages the failure dropped.)
+//
+// Lock order: rmMu → smu → wmu → fsyncMu → mu → segment.rw. No lock but
+// smu and fsyncMu (and segment.rw, shared, against RemoveBefore) is held
+// across a SyncTo's fdatasync; wmu is held across the fdatasyncs of a
+// rotation.
 //
 // A Journal is safe for concurrent use.
 type Journal struct {
@@ -99,7 +115,10 @@ type Journal struct {
 	done chan struct{} // closed when the ticker goroutine exits
 	rmMu sync.Mutex    // serialises RemoveBefore
 	smu  sync.Mutex    // serialises SyncTo's fdatasyncs
-	wmu  sync.Mutex    // guards w
+	// fsyncMu serialises every fdatasync of the active segment with the
+	// recording of its failure (see the invariants).
+	fsyncMu sync.Mutex
+	wmu     sync.Mutex // guards w
 
 	w struct {
 		seg       *segment

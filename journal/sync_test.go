@@ -225,3 +225,84 @@ func TestJournal_ZeroFilledPreallocation(t *testing.T) {
 	}
 	mustClose(t, j)
 }
+
+// A SyncTo whose fdatasync fails while a rotation seals the segment: the
+// failed fdatasync may have dropped the dirty pages of batches written
+// before it (modelled by MemFS.DropUnsynced, as Linux does), so the
+// rotation's fdatasync, which would succeed without them, must not run,
+// and those batches must never be acknowledged. Before the fix the
+// rotation sealed the segment and a later SyncTo of such a batch returned
+// nil through its fast path (the segment no longer active): an
+// acknowledged batch that no crash image held (found by the race
+// detector's scheduling in TestJournal_InjectedErrorAtEveryOp).
+func TestJournal_FailedSyncRacingRotation(t *testing.T) {
+	mem := vfs.NewMem()
+	injected := errors.New("injected fdatasync failure")
+	var armed, syncs atomic.Int32
+	entered := make(chan struct{})     // the failing fdatasync began
+	release := make(chan struct{})     // let it fail
+	dropped := make(chan struct{})     // it dropped the pages and returned
+	sealWritten := make(chan struct{}) // the rotation wrote its seal
+	fsys := vfs.Intercept(mem, func(e vfs.Event) error {
+		if armed.Load() == 0 || !strings.HasPrefix(e.Path, testDir+"/db-1.log") {
+			return nil
+		}
+		switch e.Op {
+		case vfs.OpWrite:
+			if armed.CompareAndSwap(1, 2) {
+				close(sealWritten)
+			}
+		case vfs.OpSync:
+			switch syncs.Add(1) {
+			case 1:
+				close(entered)
+				<-release
+				e.File.(interface{ DropUnsynced() }).DropUnsynced()
+				close(dropped)
+				return injected
+			case 2:
+				<-dropped // the rotation's: after the failure dropped the pages
+			}
+		}
+		return nil
+	})
+	j, _ := openMem(t, fsys, Options{SegmentSize: 4096})
+	defer j.Close()
+	// Fill the segment so that, after c, a 1 KiB batch no longer fits.
+	for j.Tail().Offset+frameSize(256)+frameSize(1)+frameSize(0) <= 4096 {
+		if _, err := j.Append(Record{Type: 1, Payload: make([]byte, 256)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, endC, err := j.Write(Record{Type: 1, Payload: []byte("c")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(1)
+	errA := make(chan error, 1)
+	go func() { errA <- j.SyncTo(endC) }()
+	<-entered
+	errB := make(chan error, 1)
+	go func() {
+		_, err := j.Append(Record{Type: 1, Payload: make([]byte, 1024)})
+		errB <- err
+	}()
+	select {
+	case <-sealWritten:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the rotation never wrote its seal")
+	}
+	close(release)
+	if err := <-errA; !errors.Is(err, injected) {
+		t.Fatalf("the failing SyncTo returned %v", err)
+	}
+	if err := <-errB; err == nil {
+		t.Fatal("the Append that rotated after the failed fdatasync succeeded")
+	}
+	if err := j.SyncTo(endC); err == nil {
+		t.Fatal("SyncTo of a batch whose pages a failed fdatasync dropped returned nil: acknowledged, and lost")
+	}
+	if len(j.Segments()) != 1 {
+		t.Fatalf("a segment was created after the failure: %v", j.Segments())
+	}
+}

@@ -113,6 +113,13 @@ func (j *Journal) SyncTo(end Location) error {
 	seg, target, last := w.seg, w.off, w.prevOff
 	j.wmu.Unlock()
 
+	j.fsyncMu.Lock()
+	if err := j.Err(); err != nil {
+		// A rotation's fdatasync failed meanwhile: this one would prove
+		// nothing about the pages that failure dropped.
+		j.fsyncMu.Unlock()
+		return err
+	}
 	seg.rw.RLock()
 	var err error
 	if seg.f != nil { // else removed: it was sealed and synced
@@ -123,8 +130,11 @@ func (j *Journal) SyncTo(end Location) error {
 	j.mu.stats.Fsyncs++
 	j.mu.Unlock()
 	if err != nil {
-		return j.fail(fmt.Errorf("journal: sync %s: %w", seg.id, err))
+		err = j.fail(fmt.Errorf("journal: sync %s: %w", seg.id, err))
+		j.fsyncMu.Unlock()
+		return err
 	}
+	j.fsyncMu.Unlock()
 	j.wmu.Lock()
 	defer j.wmu.Unlock()
 	if w.seg == seg && w.synced < target {
@@ -265,6 +275,13 @@ func lastFrameOffset(buf []byte, start int64) int64 {
 // syncActive fdatasyncs the active segment. A failure fails the journal.
 func (j *Journal) syncActive() error {
 	w := &j.w
+	j.fsyncMu.Lock()
+	defer j.fsyncMu.Unlock()
+	if err := j.Err(); err != nil {
+		// A SyncTo's fdatasync failed meanwhile (its Write passed the
+		// check before): see the invariants on fsyncMu.
+		return err
+	}
 	err := w.seg.f.Sync()
 	j.mu.Lock()
 	j.mu.stats.Fsyncs++

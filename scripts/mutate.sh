@@ -53,6 +53,9 @@ m flush-after-failed-sync checkpoint.go \
 m syncto-fdatasync-skipped journal/writer.go \
   'err = seg.f.Sync()' 'err = nil' \
   './journal . ./broker' "SyncTo, the fdatasync the database's commit leader waits for, is skipped: acknowledged batches are not durable"
+m rotation-syncs-after-failed-sync journal/writer.go \
+  $'if err := j.Err(); err != nil {\n\t\t// A SyncTo\'s fdatasync failed meanwhile' $'if err := j.Err(); err != nil && false {\n\t\t// A SyncTo\'s fdatasync failed meanwhile' \
+  './journal . ./broker' "a rotation's fdatasync runs after a concurrent SyncTo's failed (which may have dropped the pages): the segment is sealed and the batches whose pages were dropped are acknowledged"
 m segment-dirsync-skipped journal/writer.go \
   '{"sync dir", func() error { return fsys.SyncDir(j.dir) }},' '{"sync dir", func() error { return nil }},' \
   './journal . ./broker' "a new segment's name is not made durable after its rename"
