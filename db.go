@@ -160,7 +160,7 @@ func open(dir string, opts *Options) (*DB, error) {
 		Index:    index.Options{Logger: o.Logger},
 		Journal: journal.Options{SegmentSize: o.SegmentSize, Sync: sync,
 			SyncInterval: o.SyncInterval, MaxRecordSize: db.maxRecord, SkipDamaged: o.SkipDamagedJournal,
-			ArchiveDir: archive, Logger: o.Logger},
+			ArchiveDir: archive, MaxOpenSegments: o.MaxOpenSegments, Logger: o.Logger},
 		Apply:                   replay.apply,
 		Refs:                    segmentRefs,
 		Recovered:               db.adopt,

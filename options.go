@@ -55,6 +55,13 @@ type Options struct {
 	// SyncAlways the longest an AckAsync stays not durable when no synced
 	// write follows it. Default: 10ms.
 	SyncInterval time.Duration
+	// MaxOpenSegments bounds the file descriptors held by sealed journal
+	// segments: beyond it the least recently read are closed, and opened
+	// again when read. A store whose journal holds many segments (a large
+	// backlog) then opens and runs within a low descriptor limit. Default:
+	// 64, or an eighth of the process's descriptor limit (ulimit -n) if
+	// that is lower, and at least 4.
+	MaxOpenSegments int
 
 	// ValueThreshold: values longer than this stay in the journal and the
 	// index holds their location. Default: 512 bytes. Negative: never.
@@ -197,6 +204,8 @@ func (o *Options) validate() error {
 		// Above the bound, the mem tables' limits in bytes overflowed and
 		// every write waited for room for ever.
 		return fmt.Errorf("%w: CheckpointDirtyPages %d: want 16 to %d", ErrInvalid, o.CheckpointDirtyPages, maxCheckpointDirtyPages)
+	case o.MaxOpenSegments < 0:
+		return fmt.Errorf("%w: MaxOpenSegments %d: negative", ErrInvalid, o.MaxOpenSegments)
 	case o.CommitGroupOps < 1:
 		return fmt.Errorf("%w: CommitGroupOps %d: at least 1", ErrInvalid, o.CommitGroupOps)
 	case o.CheckpointBytes < 0:

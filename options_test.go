@@ -24,6 +24,7 @@ func TestOptions_RefusedBeforeAnythingIsCreated(t *testing.T) {
 		"PageSize 131072":           {PageSize: 128 << 10},
 		"SyncInterval -1":           {SyncInterval: -1},
 		"SyncInterval -1, interval": {Sync: kdb.SyncInterval, SyncInterval: -time.Second},
+		"MaxOpenSegments -1":        {MaxOpenSegments: -1},
 		"CheckpointDirtyPages 2^50": {CheckpointDirtyPages: 1 << 50},
 		"CheckpointDirtyPages 2^31": {CheckpointDirtyPages: 1 << 31},
 	} {

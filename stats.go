@@ -23,6 +23,9 @@ type Stats struct {
 	JournalRecords  int64
 	JournalSegments int    // segments on disk now
 	SegmentsRemoved uint64 // removed or archived by journal GC since Open
+	// SegmentReopens counts the sealed segments closed to stay within
+	// Options.MaxOpenSegments and opened again by a read.
+	SegmentReopens int64
 	// GCPostponed counts the journal GCs that left segments they could
 	// otherwise remove because a running View may still read them; the
 	// first GC after that View ends removes them. Views is the number of
@@ -76,6 +79,7 @@ func (db *DB) Stats() Stats {
 	js := db.j.Stats()
 	s.JournalBytes, s.JournalFsyncs, s.JournalRecords = js.Bytes, js.Fsyncs, js.Records
 	s.JournalSegments = len(db.j.Segments())
+	s.SegmentReopens = js.SegmentReopens
 	s.DirtyPages = db.pf.DirtyCount()
 	s.MemBytes, s.MemVersions = db.mem.bytes(), db.mem.versions()
 	s.HeldPages = db.pf.HeldPages()

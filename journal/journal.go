@@ -61,6 +61,10 @@ type Stats struct {
 	Commits   int64 // batch writes (one WriteAt each)
 	Rotations int64 // segments created
 	Removed   int64 // segments removed or archived
+	// SegmentCloses and SegmentReopens count the sealed segments closed to
+	// stay within Options.MaxOpenSegments and opened again by a read.
+	SegmentCloses  int64
+	SegmentReopens int64
 }
 
 // Journal is an open write-ahead journal.
@@ -130,6 +134,8 @@ type Journal struct {
 		sinceMark bool  // records written since the last close mark
 		alloc     int64 // preallocated size of seg's file (allocStep)
 	}
+
+	fds *fdCache // the sealed segments' descriptors (fds.go)
 
 	mu struct {
 		sync.Mutex
@@ -268,8 +274,10 @@ func (j *Journal) Segments() []SegmentInfo {
 // Stats returns the counters.
 func (j *Journal) Stats() Stats {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.mu.stats
+	st := j.mu.stats
+	j.mu.Unlock()
+	st.SegmentCloses, st.SegmentReopens = j.fds.closes.Load(), j.fds.reopens.Load()
+	return st
 }
 
 // Err returns the sticky error that failed the journal, or nil.
@@ -312,14 +320,9 @@ func (j *Journal) Close() error {
 	err := j.mu.err
 	j.mu.Unlock()
 	for _, s := range segs {
-		s.rw.Lock()
-		if s.f != nil {
-			if cerr := s.f.Close(); cerr != nil && err == nil && !j.opts.ReadOnly {
-				err = fmt.Errorf("journal: close %s: %w", s.id, cerr)
-			}
-			s.f = nil
+		if cerr := s.close(); cerr != nil && err == nil && !j.opts.ReadOnly {
+			err = fmt.Errorf("journal: close %s: %w", s.id, cerr)
 		}
-		s.rw.Unlock()
 	}
 	return err
 }

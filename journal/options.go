@@ -121,6 +121,15 @@ type Options struct {
 	// anything (for kdbtool inspect): a torn tail is reported, not
 	// truncated, and writing calls return ErrReadOnly. Default: false.
 	ReadOnly bool
+	// MaxOpenSegments bounds the descriptors the journal keeps for sealed
+	// segments (every segment but the last): beyond it, the least recently
+	// read are closed and opened again (read-only) when next read, so a
+	// journal of any length needs at most MaxOpenSegments + 2 descriptors
+	// (the last segment's, and one being created or scanned), plus one for
+	// each concurrent read that is reopening a closed segment. Default: 64,
+	// or an eighth of the process's descriptor limit (RLIMIT_NOFILE) if
+	// that is lower, and at least 4.
+	MaxOpenSegments int
 	// Logger receives events that have no caller to report to (a failed
 	// background sync). Default: nil, silent.
 	Logger *slog.Logger
@@ -150,6 +159,9 @@ func (o Options) withDefaults() Options {
 	if o.SyncInterval == 0 {
 		o.SyncInterval = defaultSyncInterval
 	}
+	if o.MaxOpenSegments == 0 {
+		o.MaxOpenSegments = defaultMaxOpenSegments()
+	}
 	if o.MaxRecordSize == 0 {
 		o.MaxRecordSize = defaultMaxRecordSize
 		if m := maxPayloadFor(o.SegmentSize); int64(o.MaxRecordSize) > m {
@@ -178,6 +190,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("%w: unknown Sync policy %d", ErrBadOptions, o.Sync)
 	case o.SyncInterval < 0:
 		return fmt.Errorf("%w: negative SyncInterval", ErrBadOptions)
+	case o.MaxOpenSegments < 1:
+		return fmt.Errorf("%w: MaxOpenSegments %d below 1", ErrBadOptions, o.MaxOpenSegments)
 	case o.MaxRecordSize <= 0 || int64(o.MaxRecordSize) > maxPayloadFor(o.SegmentSize):
 		return fmt.Errorf("%w: MaxRecordSize %d not in [1, %d] for SegmentSize %d", ErrBadOptions, o.MaxRecordSize, maxPayloadFor(o.SegmentSize), o.SegmentSize)
 	}

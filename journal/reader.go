@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/kdb-project/kdb/vfs"
 )
@@ -13,20 +14,33 @@ import (
 // readChunk is the window size of sequential scans.
 const readChunk = 1 << 20
 
-// segment is one open segment file.
+// segment is one segment file.
 //
 // Invariants:
-//   - f is nil once the segment is removed or the journal closed; readers
-//     hold rw for reading while they use f, the remover holds it for writing
-//     while it closes f.
-//   - Fields other than rw and f are guarded by Journal.mu.
+//   - gone is set (and f closed, set to nil) once the segment is removed or
+//     the journal closed. Otherwise f is nil only while the descriptor
+//     cache (fds) has closed the segment, which it does only to sealed
+//     segments other than the last; readAt opens it again.
+//   - Readers hold rw for reading while they use f; whoever closes f or
+//     sets it holds rw for writing.
+//   - Fields other than rw, f, gone, used and inCache are guarded by
+//     Journal.mu; inCache by fds.mu.
 type segment struct {
 	id   SegmentID
 	seed uint64
 	name string
 
-	rw sync.RWMutex
-	f  vfs.File
+	rw   sync.RWMutex
+	f    vfs.File
+	gone bool
+	// removing is set while RemoveBefore removes the segment's file.
+	removing atomic.Bool
+
+	// fds is the journal's descriptor cache; used is set by each read (the
+	// cache's clock), inCache while the cache may close the segment.
+	fds     *fdCache
+	used    atomic.Bool
+	inCache bool
 
 	size int64 // file size as last known
 	end  int64 // offset just past the last acknowledged frame
@@ -51,17 +65,43 @@ type segment struct {
 func (s *segment) removed() bool {
 	s.rw.RLock()
 	defer s.rw.RUnlock()
-	return s.f == nil
+	return s.gone
+}
+
+// close closes the segment for good (removed, or the journal closed).
+func (s *segment) close() error {
+	s.fds.forget(s)
+	s.rw.Lock()
+	defer s.rw.Unlock()
+	s.gone = true
+	if s.f == nil {
+		return nil
+	}
+	err := s.f.Close()
+	s.f = nil
+	return err
 }
 
 // readAt reads into p at off, failing with ErrNotFound if the segment was
 // removed. A short read is an error wrapping io.ErrUnexpectedEOF.
 func (s *segment) readAt(p []byte, off int64) error {
 	s.rw.RLock()
+	if s.f == nil && !s.gone && s.fds != nil {
+		s.rw.RUnlock()
+		return s.readClosed(p, off)
+	}
 	defer s.rw.RUnlock()
 	if s.f == nil {
 		return fmt.Errorf("%w: %s was removed", ErrNotFound, s.id)
 	}
+	if !s.used.Load() {
+		s.used.Store(true)
+	}
+	return s.readLocked(p, off)
+}
+
+// readLocked reads from f, open, with rw held.
+func (s *segment) readLocked(p []byte, off int64) error {
 	n, err := s.f.ReadAt(p, off)
 	if n == len(p) {
 		return nil

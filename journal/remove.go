@@ -51,14 +51,20 @@ func (j *Journal) RemoveBefore(loc Location) (removed []SegmentID, err error) {
 		}
 	}
 	for _, s := range victims {
+		// From here a reader that finds the file gone (reopening it after
+		// the descriptor cache closed it) reads a removed segment, not
+		// damage.
+		s.removing.Store(true)
 		if archive != "" {
 			if err := fsys.Rename(s.name, filepath.Join(archive, s.id.String())); err != nil {
+				s.removing.Store(false)
 				return removed, fmt.Errorf("journal: archive %s: %w", s.id, err)
 			}
 			if err := fsys.SyncDir(archive); err != nil {
 				return removed, j.fail(fmt.Errorf("journal: archive %s: sync %s: %w", s.id, archive, err))
 			}
 		} else if err := fsys.Remove(s.name); err != nil {
+			s.removing.Store(false)
 			return removed, fmt.Errorf("journal: remove %s: %w", s.id, err)
 		}
 		j.mu.Lock()
@@ -72,10 +78,7 @@ func (j *Journal) RemoveBefore(loc Location) (removed []SegmentID, err error) {
 		j.mu.skipped = kept
 		j.mu.stats.Removed++
 		j.mu.Unlock()
-		s.rw.Lock()
-		cerr := s.f.Close()
-		s.f = nil
-		s.rw.Unlock()
+		cerr := s.close()
 		removed = append(removed, s.id)
 		err := fsys.SyncDir(j.dir)
 		j.mu.Lock()

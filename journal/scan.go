@@ -27,11 +27,12 @@ func Open(dir string, opts Options) (*Journal, *OpenReport, error) {
 	}
 	began := time.Now()
 	j := &Journal{dir: dir, opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	j.fds = newFdCache(opts.FS, opts.MaxOpenSegments)
 	rep := &OpenReport{}
 	segs, nextID, err := j.scanAll(rep)
 	if err != nil {
 		for _, s := range segs {
-			_ = s.f.Close()
+			_ = s.close()
 		}
 		return nil, nil, err
 	}
@@ -44,7 +45,7 @@ func Open(dir string, opts Options) (*Journal, *OpenReport, error) {
 	if !opts.ReadOnly {
 		if err := j.startWriter(segs, nextID); err != nil {
 			for _, s := range j.mu.segs {
-				_ = s.f.Close()
+				_ = s.close()
 			}
 			return nil, nil, err
 		}
@@ -209,6 +210,19 @@ func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ er
 			continue
 		}
 		segs = append(segs, seg)
+		if !last {
+			// Sealed (scanRecords refuses an unsealed segment before the
+			// last): the cache may close it, so that Open holds at most
+			// MaxOpenSegments descriptors whatever the journal's length.
+			j.fds.add(seg)
+		}
+	}
+	if len(segs) > 0 {
+		// The last segment kept (the last one found, or the one before a
+		// never completed last segment removed above) is the writer's.
+		if err := j.fds.pin(segs[len(segs)-1], j.openFlag()); err != nil {
+			return segs, 0, err
+		}
 	}
 	if dl != nil {
 		if err := dl.checkFrom(segs, j.opts.SkipDamaged); err != nil {
@@ -321,16 +335,21 @@ func (d *deliverer) checkFrom(segs []*segment, skipDamaged bool) error {
 
 // openFile opens the file of segment id (read-only if the journal is).
 func (j *Journal) openFile(id SegmentID) (*segment, error) {
-	flag := os.O_RDWR
-	if j.opts.ReadOnly {
-		flag = os.O_RDONLY
-	}
 	name := j.path(id)
-	f, err := j.opts.FS.OpenFile(name, flag, 0)
+	f, err := j.opts.FS.OpenFile(name, j.openFlag(), 0)
 	if err != nil {
 		return nil, fmt.Errorf("journal: open %s: %w", id, err)
 	}
-	return &segment{id: id, name: name, f: f, last: -1}, nil
+	return &segment{id: id, name: name, f: f, fds: j.fds, last: -1}, nil
+}
+
+// openFlag is how Open opens segments: read-write, or read-only if
+// ReadOnly.
+func (j *Journal) openFlag() int {
+	if j.opts.ReadOnly {
+		return os.O_RDONLY
+	}
+	return os.O_RDWR
 }
 
 // shortSegment is the error for a segment file shorter than its header.

@@ -321,7 +321,11 @@ func (j *Journal) rotate() error {
 	j.mu.segs = append(j.mu.segs, seg)
 	j.mu.tail = Location{seg.id, seg.end}
 	j.mu.Unlock()
+	old := w.seg
 	w.seg, w.off, w.synced, w.prev, w.sinceMark, w.alloc = seg, segHeaderSize, segHeaderSize, seg.seed, false, seg.size
+	// Sealed and synced above (or before this process): only reads use it
+	// from now on, and the cache may close it.
+	j.fds.add(old)
 	return nil
 }
 
@@ -354,7 +358,7 @@ func (j *Journal) createSegment(id SegmentID) (*segment, error) {
 		return failed("open", err)
 	}
 	size := j.allocFor(segHeaderSize)
-	seg := &segment{id: id, seed: seed, name: name, f: f, size: size, end: segHeaderSize, last: -1}
+	seg := &segment{id: id, seed: seed, name: name, f: f, fds: j.fds, size: size, end: segHeaderSize, last: -1}
 	steps := []struct {
 		what string
 		do   func() error
