@@ -61,8 +61,13 @@ type segment struct {
 	tailPrev uint64
 }
 
-// removed reports whether RemoveBefore removed the segment.
+// removed reports whether RemoveBefore removed the segment, or is
+// removing it (its file may be gone already: a read that reopens it finds
+// nothing).
 func (s *segment) removed() bool {
+	if s.removing.Load() {
+		return true
+	}
 	s.rw.RLock()
 	defer s.rw.RUnlock()
 	return s.gone
