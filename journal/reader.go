@@ -56,6 +56,10 @@ type segment struct {
 	// is the file size, last is -1, and the records are verified by
 	// verifySegment before Iterate reads them.
 	unverified bool
+	// prefixEnd, if not zero: Open verified the segment only from the
+	// replay position (Options.VerifyFrom), the frame that ends here; the
+	// frames before it, from the header, are verified by verifySegment.
+	prefixEnd int64
 	// tailPrev is the sum of the frame at last (the seed if none): the
 	// chain value the next frame links to. Set by Open.
 	tailPrev uint64
@@ -259,7 +263,7 @@ func (j *Journal) Iterate(from Location, fn func(loc Location, r Record) error) 
 		seg *segment
 		end int64
 	}
-	if err := j.verifySegments(from.Segment); err != nil {
+	if err := j.verifySegments(from.Segment, false); err != nil {
 		return err
 	}
 	j.mu.Lock()

@@ -466,27 +466,45 @@ func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *Open
 		return seg, nil
 	}
 	seg.seed = h.seed
-	res, err := j.scanRecords(seg, r, last, startOff, rep, d)
+	res, err := j.scanRecords(seg, r, last, startOff, rep, d, 0)
 	if err != nil {
 		return nil, err
 	}
 	seg.end, seg.last, seg.tailPrev, seg.sealed = res.end, res.last, res.tailPrev, res.sealed
+	seg.prefixEnd = res.prefixEnd
 	ok = true
 	return seg, nil
 }
 
 // verifySegment verifies the records of a segment that Open did not
-// (Options.VerifyFrom) and records its end. A no-op for a verified one.
-func (j *Journal) verifySegment(seg *segment) error {
+// (Options.VerifyFrom) and records its end, or, in the replay position's
+// segment, the frames Open skipped before that position. A no-op for a
+// verified one.
+func (j *Journal) verifySegment(seg *segment, prefix bool) error {
 	j.mu.Lock()
-	todo := seg.unverified
+	todo, prefixEnd := seg.unverified, seg.prefixEnd
 	j.mu.Unlock()
+	if prefix && prefixEnd > 0 {
+		// The bytes up to prefixEnd never change (a writer only appends
+		// after end, and end is past prefixEnd), whether or not the
+		// segment is the last one. The walk from the header must land
+		// exactly on prefixEnd, the end of the replay position's frame,
+		// with every frame, the chain into it included, verified.
+		_, err := j.scanRecords(seg, &chunkReader{seg: seg, size: prefixEnd}, false, segHeaderSize, &OpenReport{}, nil, prefixEnd)
+		if err != nil {
+			return err
+		}
+		j.mu.Lock()
+		seg.prefixEnd = 0
+		j.mu.Unlock()
+		return nil
+	}
 	if !todo {
 		return nil
 	}
 	// INVARIANT: an unverified segment is never the last one, so nothing
 	// writes to it and seg.size is fixed.
-	res, err := j.scanRecords(seg, &chunkReader{seg: seg, size: seg.size}, false, segHeaderSize, &OpenReport{}, nil)
+	res, err := j.scanRecords(seg, &chunkReader{seg: seg, size: seg.size}, false, segHeaderSize, &OpenReport{}, nil, 0)
 	if err != nil {
 		return err
 	}
@@ -498,15 +516,19 @@ func (j *Journal) verifySegment(seg *segment) error {
 }
 
 // Verify verifies every segment that Open left unverified
-// (Options.VerifyFrom), oldest first, and returns the first damage found
+// (Options.VerifyFrom), and the records Open skipped before the replay
+// position in its own segment, oldest first, and returns the first damage found
 // (an error wrapping ErrCorrupt naming the segment and offset). A segment
 // that RemoveBefore removes meanwhile is skipped.
 func (j *Journal) Verify() error {
-	return j.verifySegments(0)
+	return j.verifySegments(0, true)
 }
 
-// verifySegments verifies the unverified segments from id on.
-func (j *Journal) verifySegments(from SegmentID) error {
+// verifySegments verifies the unverified segments from id on, and with
+// prefixes the records before the replay position in its segment (Iterate
+// needs no such pass: it verifies every frame and the chain it reads, and
+// an unverified segment is verified here only to learn where it ends).
+func (j *Journal) verifySegments(from SegmentID, prefixes bool) error {
 	j.mu.Lock()
 	if j.mu.closed {
 		j.mu.Unlock()
@@ -514,13 +536,13 @@ func (j *Journal) verifySegments(from SegmentID) error {
 	}
 	var todo []*segment
 	for _, s := range j.mu.segs {
-		if s.id >= from && s.unverified {
+		if s.id >= from && (s.unverified || prefixes && s.prefixEnd > 0) {
 			todo = append(todo, s)
 		}
 	}
 	j.mu.Unlock()
 	for _, s := range todo {
-		if err := j.verifySegment(s); err != nil {
+		if err := j.verifySegment(s, prefixes); err != nil {
 			if s.removed() {
 				continue // RemoveBefore took it meanwhile: nothing left to verify
 			}
@@ -536,6 +558,10 @@ type scanEnd struct {
 	last     int64  // offset of the last acknowledged frame, or -1
 	tailPrev uint64 // sum of the frame at last (the seed if none)
 	sealed   bool
+	// prefixEnd is the end of the frame the scan started at, if it started
+	// past the first frame (Options.VerifyFrom): the frames before it were
+	// not verified. Zero if the scan began at the first frame.
+	prefixEnd int64
 }
 
 // batchEndAt returns the header of the frame at off if it verifies and
@@ -567,9 +593,12 @@ func (j *Journal) batchEndAt(r *chunkReader, id SegmentID, seed uint64, off int6
 // Options.VerifyFrom), else at the first frame. If d is not nil, each batch
 // is passed to it once its end frame verified (Options.Deliver): only
 // batches before goodEnd, which no later decision (torn tail, damage)
-// takes back.
-func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff int64, rep *OpenReport, d *deliverer) (scanEnd, error) {
-	id, seed, size := seg.id, seg.seed, seg.size
+// takes back. If stopAt is not zero the walk ends there, where a verified
+// batch must have just ended (the prefix of the replay position's
+// segment, see verifySegment): it is ErrCorrupt if the frames do not lead
+// exactly to it.
+func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff int64, rep *OpenReport, d *deliverer, stopAt int64) (scanEnd, error) {
+	id, seed, size := seg.id, seg.seed, r.size // r.size: seg.size, or where a prefix walk stops
 	maxRec := j.opts.readMax()
 	off := int64(segHeaderSize)
 	prev, prevKnown := seed, true
@@ -580,12 +609,14 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 	if d != nil {
 		d.batch = d.batch[:0]
 	}
+	prefixEnd := int64(0)
 	if startOff > off {
 		if h, ok := j.batchEndAt(r, id, seed, startOff); ok {
 			// Start inside the segment: the chain links to the frame's own
 			// prev field, and the frame may end a batch that began earlier.
 			off, prev = startOff, h.prev
 			inBatch, batchStart = h.flags&flagBatchBegin == 0, startOff
+			prefixEnd = startOff + frameSize(int(h.length))
 		}
 	}
 	var hdr [recHeaderSize]byte
@@ -593,6 +624,12 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 		var h recHeader
 		var err error
 		hard := false // the frame at off verifies but is out of place
+		if stopAt > 0 && off >= stopAt {
+			if off != stopAt || inBatch || goodEnd != stopAt {
+				return scanEnd{}, fmt.Errorf("%w: %s: the records before the replay position do not lead to it", ErrCorrupt, Location{id, off})
+			}
+			break
+		}
 		if off >= size {
 			err = fmt.Errorf("%w: %s: end of file", ErrTornTail, Location{id, off})
 		} else {
@@ -754,7 +791,10 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 		}
 		break
 	}
-	return scanEnd{end: goodEnd, last: goodLast, tailPrev: goodPrev, sealed: sealed || forceSeal}, nil
+	if stopAt > 0 && goodEnd != stopAt {
+		return scanEnd{}, fmt.Errorf("%w: %s: the records before the replay position end before it", ErrCorrupt, Location{id, goodEnd})
+	}
+	return scanEnd{end: goodEnd, last: goodLast, tailPrev: goodPrev, sealed: sealed || forceSeal, prefixEnd: prefixEnd}, nil
 }
 
 // beforeReplayPosition reports whether loc lies at or before the caller's

@@ -228,3 +228,55 @@ func TestOpen_ReadsLittlePastTheLastRecord(t *testing.T) {
 		t.Fatalf("Open made %d reads of a segment holding 20 KiB", n)
 	}
 }
+
+// Open verifies the replay position's segment only from the position on;
+// Verify must still verify the frames before it in that segment, or a
+// check of a store would pass over damage there.
+func TestVerify_CoversTheReplaySegmentBeforeThePosition(t *testing.T) {
+	fs, j, bs := build(t, Options{}, 300)
+	mustClose(t, j)
+	k := midBatch(t, bs)
+	// A replay position with at least two batches before it in its segment.
+	for k+1 < len(bs) && (bs[k-2].locs[0].Segment != lastOf(bs[k]).Segment) {
+		k++
+	}
+	from := lastOf(bs[k])
+	if bs[k-2].locs[0].Segment != from.Segment {
+		t.Fatal("test needs two batches before the replay position in its segment")
+	}
+	// Intact: Verify passes, and a second Verify has nothing left to do.
+	j1, _ := openMem(t, fs.Clone(), Options{VerifyFrom: from})
+	if err := j1.Verify(); err != nil {
+		t.Fatalf("Verify of an intact journal: %v", err)
+	}
+	mustClose(t, j1)
+
+	for _, tc := range []struct {
+		name   string
+		victim Location
+		off    int64 // from the victim's payload
+	}{
+		{"payload two batches before", bs[k-2].locs[0], recHeaderSize + 1},
+		{"the batch just before", lastOf(bs[k-1]), recHeaderSize},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			img := fs.Clone()
+			if err := kdbtest.FlipBit(img, testDir+"/"+tc.victim.Segment.String(), tc.victim.Offset+tc.off, 2); err != nil {
+				t.Fatal(err)
+			}
+			j2, _ := openMem(t, img, Options{VerifyFrom: from})
+			defer mustClose(t, j2)
+			// The replay from the position is unaffected.
+			if err := j2.Iterate(from, func(Location, Record) error { return nil }); err != nil {
+				t.Fatalf("Iterate from the replay position: %v", err)
+			}
+			err := j2.Verify()
+			if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), from.Segment.String()+"@") {
+				t.Fatalf("Verify: %v, want ErrCorrupt naming %v", err, from.Segment)
+			}
+			if err := j2.Iterate(Location{}, func(Location, Record) error { return nil }); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Iterate from the start: %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
