@@ -130,6 +130,9 @@ m unsynced-records-unreadable journal/reader.go \
 m read-bound-is-the-openers journal/options.go \
   'func (o Options) readMax() int { return max(o.MaxRecordSize, defaultMaxRecordSize) }' 'func (o Options) readMax() int { return o.MaxRecordSize }' \
   './journal .' "a store reopened with smaller segments than it was written with takes its larger acknowledged records for a torn tail"
+m verify-skips-replay-prefix journal/scan.go \
+  'if s.id >= from && (s.unverified || prefixes && s.prefixEnd > 0) {' 'if s.id >= from && s.unverified {' \
+  './journal .' "Verify (DB.Check) skips the records before the replay position in its own segment, which Open did not read: damage there passes a check"
 
 # ---- Deferred transactions (deferred.go) and the broker's AckAsync.
 m defer-sync-skips-deferred db.go \
