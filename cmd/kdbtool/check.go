@@ -3,6 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
+	"strings"
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/journal"
@@ -117,6 +119,7 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 		out.Problems = append(out.Problems, readProblem("journal", err))
 		note("journal", err)
 	}
+	out.Problems = dropRepeated(out.Problems)
 	out.OK = true
 	out.incomplete = ioErr != nil
 	for _, p := range out.Problems {
@@ -125,6 +128,27 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 		}
 	}
 	return out, ioErr
+}
+
+// dropRepeated drops an index problem that is the journal's damage found
+// again: the store's own check (kdb Check) verifies the journal as well, and
+// the operator should see that damage once, under journal, not as damage of
+// the index.
+func dropRepeated(ps []problem) []problem {
+	var journalMsgs []string
+	for _, p := range ps {
+		if p.Area == "journal" && p.Severity == "error" {
+			journalMsgs = append(journalMsgs, p.Message)
+		}
+	}
+	out := ps[:0]
+	for _, p := range ps {
+		if p.Area == "index" && slices.ContainsFunc(journalMsgs, func(m string) bool { return strings.HasSuffix(p.Message, m) }) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
 }
 
 // checkIndex runs the index check (kdb Check, then the broker's Check) on

@@ -76,6 +76,16 @@ func TestDamage_Stores(t *testing.T) {
 			applyCode: 1, afterCheck: 1, recoverCode: 1,
 		},
 		{
+			// The replay position lies at the end of the last segment
+			// (Close checkpointed): an open verifies nothing before it in
+			// that segment, so recover opens, but check reads it all and
+			// reports the damage once, under journal.
+			name: "damaged record before the replay position", damage: flipBeforeReplayPosition, inspect: 1, check: 1,
+			found:     []finding{{"error", "journal", "checksum mismatch"}},
+			repair:    []string{},
+			applyCode: 1, afterCheck: 1, recoverCode: 0,
+		},
+		{
 			name: "half-written db.redo", damage: halfRedo, inspect: 0, check: 0,
 			found:     []finding{{"warning", "redo", "db.redo incomplete"}},
 			repair:    []string{},
@@ -249,6 +259,35 @@ func flipDataPage(t *testing.T, dir string) {
 
 // tornTail writes garbage just after the last acknowledged frame of the
 // last segment, as a torn batch write leaves it.
+// flipBeforeReplayPosition damages a record of the last segment, before
+// the record the last checkpoint's replay position names.
+func flipBeforeReplayPosition(t *testing.T, dir string) {
+	t.Helper()
+	segs := segments(t, dir)
+	last := segs[len(segs)-1]
+	j, _, err := journal.Open(dir, journal.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locs []journal.Location
+	err = j.Iterate(journal.Location{Segment: last.ID}, func(loc journal.Location, _ journal.Record) error {
+		locs = append(locs, loc)
+		return nil
+	})
+	if cerr := j.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(locs) < 2 {
+		t.Fatalf("the last segment holds %d records, want 2 or more", len(locs))
+	}
+	if err := kdbtest.FlipBit(vfs.OS, filepath.Join(dir, last.ID.String()), locs[0].Offset+40, 1); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func tornTail(t *testing.T, dir string) {
 	t.Helper()
 	segs := segments(t, dir)
