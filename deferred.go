@@ -37,6 +37,9 @@ type deferredTxn struct {
 	prefix string
 	fn     func(tx *Txn) error
 	done   func(error)
+	// end: once folded into a transaction and run, the end of its writes
+	// in that transaction's ops (they begin at the previous one's end).
+	end int
 }
 
 // deferredQueue holds the deferred transactions not yet run.
@@ -302,10 +305,12 @@ func (tx *Txn) runFolded() {
 			}
 			d.fn, d.done = nil, nil // answered: not run again
 		}
+		d.end = len(tx.b.ops)
 	}
-	// The host's function may change the deferred functions' writes in
-	// place: if it fails, they are all discarded together.
-	tx.frozen = 0
+	// The host's function never changes the deferred functions' writes in
+	// place either, so that they can still be committed apart from its own
+	// (splitFolded) and the host stays all or nothing.
+	tx.frozen = len(tx.b.ops)
 	// Whether the host's commit is synced is the host's: a deferred
 	// function's NoSync is moot (it is never waited durable anyway).
 	tx.noSync = noSync
@@ -463,4 +468,71 @@ func (db *DB) closeDeferred() {
 // that failed after Close flushed put them back) with ErrClosed.
 func (db *DB) abandonDeferred() {
 	finishDeferred(db.takeDeferred(), ErrClosed)
+}
+
+// foldedFits reports whether ops, a transaction with deferred functions
+// folded into it, surely passes encode's bounds as one batch. The estimate
+// takes every value as written inline (a value kept in the journal costs
+// its 64-byte record overhead instead, and a reference of a few bytes):
+// an upper bound, so a false answer may be wrong only towards splitting.
+func (db *DB) foldedFits(ops []op) bool {
+	est := encodedBatchSize(ops) + 8*len(ops)
+	return est <= db.maxRecord && est+64*(len(ops)+1) <= db.maxGroup
+}
+
+// splitFolded queues the writes of the deferred functions folded into tx
+// each as a batch of its own, in order, and returns their requests and the
+// ops left, the host's own: the batches of the folded and the host's
+// writes together may be larger than one batch may be, though each is
+// valid alone (the deferred transactions are not the host's to fail). A
+// deferred transaction that fails alone gets its error in done, as when
+// runDeferred runs it; an error that fails the handle (ErrClosed,
+// ErrFailed) answers the ones not queued and is returned. The caller holds
+// txMu.
+func (db *DB) splitFolded(tx *Txn) (pre []*commitReq, own []op, err error) {
+	ops := tx.b.ops
+	start := 0
+	for i := range tx.folded {
+		d := &tx.folded[i]
+		if d.fn == nil { // failed and answered: it wrote nothing
+			continue
+		}
+		part := ops[start:d.end]
+		start = d.end
+		done := d.done
+		d.fn, d.done = nil, nil // answered here, not with the host
+		if len(part) == 0 {
+			if done != nil {
+				done(nil)
+			}
+			continue
+		}
+		// Copied (own false): the parts share one array, which a request
+		// owning it could give back to the pool.
+		req, serr := db.submit(part, true, false)
+		if serr != nil {
+			if errors.Is(serr, ErrClosed) || errors.Is(serr, ErrFailed) {
+				if done != nil {
+					done(serr)
+				}
+				for _, f := range tx.foldedDone() {
+					f(serr)
+				}
+				for j := range tx.folded {
+					tx.folded[j].fn, tx.folded[j].done = nil, nil
+				}
+				return pre, nil, serr
+			}
+			if done != nil {
+				done(serr)
+			}
+			continue
+		}
+		if done != nil {
+			req.onDone = append(req.onDone, done)
+		}
+		pre = append(pre, req)
+	}
+	tx.folded = nil
+	return pre, ops[start:], nil
 }

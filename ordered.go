@@ -307,9 +307,32 @@ func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) 
 			db.cleanup()
 		}
 	}
+	// A panic in fn goes on to the caller (as in Update), after the same
+	// cleanup as an error: the deferred transactions that joined are put
+	// back, and those queued before it are waited for (every request must
+	// be: the first one queued leads the commit, and the queue's head left
+	// unled would hold up every later write).
+	panicking := true
+	defer func() {
+		if panicking {
+			db.requeueDeferred(tx.unfolded())
+			if len(c.pre) > 0 {
+				go func() { _ = db.waitAll(c.pre) }()
+			}
+		}
+	}()
 	err := db.runTxn(tx, fn)
+	panicking = false
 	var req *commitReq
-	if err == nil && len(tx.b.ops) > 0 {
+	if err == nil && len(tx.folded) > 0 && !db.foldedFits(tx.b.ops) {
+		var pre []*commitReq
+		var own []op
+		pre, own, err = db.splitFolded(tx)
+		c.pre = append(c.pre, pre...)
+		if err == nil && len(own) > 0 {
+			req, err = db.submit(own, tx.noSync, false)
+		}
+	} else if err == nil && len(tx.b.ops) > 0 {
 		req, err = db.submit(tx.b.ops, tx.noSync, true)
 	}
 	if err != nil {

@@ -147,6 +147,12 @@ m defer-dropped-with-failed-host ordered.go \
 m defer-not-before-update txn.go \
   'if fns := db.takeDeferred(); len(fns) > 0 {' 'if fns := db.takeDeferred(); len(fns) > 0 && false {' \
   '. ./broker' "an Update runs before the deferred transactions ordered before it (and they are lost)"
+m submit-panic-strands-deferred ordered.go \
+  $'\t\tif panicking {\n' $'\t\tif panicking && false {\n' \
+  '.' "a panic in a Submit's function drops the deferred transactions that joined it and never waits for those queued before it: every later write (or Sync) blocks for ever"
+m folded-never-split ordered.go \
+  '!db.foldedFits(tx.b.ops)' 'false' \
+  '.' "the deferred transactions that joined a Submit are always committed in its batch: a tiny Submit fails with 'split the batch' because of others' writes"
 m ackasync-pending-ignored broker/ackasync.go \
   '_, acked := b.acks.pending[ackKey{d.id, seq}]' 'acked := false' \
   './broker' "AckAsync accepts a message whose AckAsync is still on its way (the second returns nil)"
