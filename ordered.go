@@ -260,8 +260,9 @@ func (c *Commit) Wait() error {
 // must not hold across an fsync, so that the next transaction is built and
 // written while this one's fsync runs (a message broker's concurrent
 // producers share fsyncs that way). If fn returns an error, nothing is
-// written and that error is returned. A transaction with no writes returns
-// a Commit whose Wait returns nil at once.
+// written and that error is returned; if fn panics, nothing is written, the
+// store stays usable and the panic goes on to the caller. A transaction
+// with no writes returns a Commit whose Wait returns nil at once.
 //
 // Txn.Iter inside fn sees the committed state, not the writes in flight nor
 // fn's own: use Update for transactions that must scan everything.

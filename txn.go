@@ -32,7 +32,8 @@ type Txn struct {
 // Iter) see every acknowledged write plus fn's own writes for Get, no other
 // write commits while fn runs, and fn's writes commit atomically when it
 // returns nil (and are then durable). If fn returns an error nothing is
-// written. Updates run one at a time, after the transactions submitted
+// written; if it panics, nothing is written and the panic goes on to the
+// caller (TestMisuse_TxnAndViewPanicsLeaveStoreUsable). Updates run one at a time, after the transactions submitted
 // before them are applied; concurrent blind writes belong in Write, ordered
 // ones in Submit.
 //
