@@ -145,7 +145,11 @@ func TestDB_OnePYieldSparesABusyProgram(t *testing.T) {
 	stop.Store(true)
 	<-spun
 	t.Logf("a lone writer beside a CPU-bound goroutine on one P: %d puts in %v", puts, d)
-	if puts < 500 {
+	// Yielding at every commit caps it at one put per 10 ms time slice, 100
+	// in the second; without that it does thousands, and a few hundred
+	// under the race detector on a loaded machine (383 seen at a load
+	// average of 12).
+	if puts < 250 {
 		t.Fatalf("%d puts in %v beside a CPU-bound goroutine on one P: the leader yields it a time slice per commit", puts, d)
 	}
 }
