@@ -40,6 +40,24 @@ func (s snap) check() error {
 			return fmt.Errorf("broker destination %q: %w", d.key[1:], err)
 		}
 	}
+	// Every subscription belongs to a topic that exists (DeleteDestination
+	// removes a topic's subscriptions with it).
+	topics := map[uint64]bool{}
+	for _, d := range dests {
+		if DestKind(d.key[0]) == Topic {
+			topics[d.id] = true
+		}
+	}
+	sit := s.s.Iter(subsTree)
+	for ok := sit.First(); ok; ok = sit.Next() {
+		k := sit.Key()
+		if len(k) < 8 || !topics[binary.BigEndian.Uint64(k)] {
+			return fmt.Errorf("%w: broker subscription record %q names no topic", kdb.ErrCorrupt, k)
+		}
+	}
+	if err := sit.Err(); err != nil {
+		return err
+	}
 	it := s.s.Iter(txTree)
 	for ok := it.First(); ok; ok = it.Next() {
 		k, v := it.Key(), it.Value()

@@ -145,8 +145,11 @@ func (b *Broker) GetMessage(kind DestKind, dest, id string) (*Message, error) {
 		if err != nil {
 			return err
 		}
-		if !ok || len(v) != 8 {
+		if !ok {
 			return fmt.Errorf("%w: message %q", kdb.ErrNotFound, id)
+		}
+		if len(v) != 8 {
+			return fmt.Errorf("%w: message %q: ID index entry of %d bytes, want 8", kdb.ErrCorrupt, id, len(v))
 		}
 		k := seqKey(binary.LittleEndian.Uint64(v))
 		raw, ok, err := s.get(idTree(msgPrefix, d.id), k)
