@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kdb-project/kdb/vfs"
 )
@@ -18,18 +19,37 @@ type fdCounter struct {
 	open, peak atomic.Int64
 }
 
-func (c *fdCounter) fs(under vfs.FS) vfs.FS {
-	return vfs.Intercept(under, func(e vfs.Event) error {
-		switch e.Op {
-		case vfs.OpOpen:
-			if n := c.open.Add(1); n > c.peak.Load() {
-				c.peak.Store(n)
-			}
-		case vfs.OpClose:
-			c.open.Add(-1)
-		}
-		return nil
-	})
+// fs counts the descriptors open through it: an open that succeeded (one
+// that failed, say of a segment just removed, holds none) until its Close.
+func (c *fdCounter) fs(under vfs.FS) vfs.FS { return &countFS{FS: under, c: c} }
+
+type countFS struct {
+	vfs.FS
+	c *fdCounter
+}
+
+func (f *countFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	file, err := f.FS.OpenFile(name, flag, perm)
+	if err != nil {
+		return nil, err
+	}
+	n := f.c.open.Add(1)
+	for p := f.c.peak.Load(); n > p && !f.c.peak.CompareAndSwap(p, n); p = f.c.peak.Load() {
+	}
+	return &countFile{File: file, c: f.c}, nil
+}
+
+type countFile struct {
+	vfs.File
+	c      *fdCounter
+	closed atomic.Bool
+}
+
+func (f *countFile) Close() error {
+	if !f.closed.Swap(true) {
+		f.c.open.Add(-1)
+	}
+	return f.File.Close()
 }
 
 // A journal of many segments opens, reads (Read, Iterate, Verify) and
@@ -167,6 +187,11 @@ func TestJournal_MaxOpenSegmentsConcurrent(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
+	}
+	// On a loaded machine the readers may not have run yet: give them
+	// time to read (and so reopen) before they stop.
+	for deadline := time.Now().Add(10 * time.Second); j.Stats().SegmentReopens == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
 	}
 	close(stop)
 	wg.Wait()
