@@ -9,7 +9,6 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/kdbtest"
-	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -42,20 +41,7 @@ func TestCheck_VerifiesTheReplaySegmentBeforeThePosition(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	j, _, err := journal.Open("/db", journal.Options{FS: img.Clone(), ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var locs []journal.Location
-	if err := j.Iterate(journal.Location{}, func(loc journal.Location, _ journal.Record) error {
-		locs = append(locs, loc)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Close(); err != nil {
-		t.Fatal(err)
-	}
+	locs := journalLocations(t, img.Clone(), "/db")
 	victim := locs[10] // a put well before the replay position
 	if locs[len(locs)-1].Segment != victim.Segment {
 		t.Fatalf("test needs one segment: %v .. %v", victim, locs[len(locs)-1])

@@ -8,7 +8,6 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/kdbtest"
-	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -32,20 +31,7 @@ func TestReadOnly_DamageInAnUnchangedStoreIsCorrupt(t *testing.T) {
 	if err := db.Close(); err != nil { // checkpoints: Open verifies from the end on
 		t.Fatal(err)
 	}
-	j, _, err := journal.Open("/db", journal.Options{FS: mem.Clone(), ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var locs []journal.Location
-	if err := j.Iterate(journal.Location{}, func(loc journal.Location, _ journal.Record) error {
-		locs = append(locs, loc)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Close(); err != nil {
-		t.Fatal(err)
-	}
+	locs := journalLocations(t, mem.Clone(), "/db")
 	victim := locs[5] // well before the replay position: Open does not read it
 	if err := kdbtest.FlipBit(mem, path.Join("/db", victim.Segment.String()), victim.Offset+30, 2); err != nil {
 		t.Fatal(err)

@@ -52,20 +52,7 @@ func TestOpen_DamageAfterReplayedRecordsChangesNothing(t *testing.T) {
 
 	// The records the reopen replays: those after the checkpoint's replay
 	// position, the last record of batch 19.
-	j, _, err := journal.Open("/db", journal.Options{FS: img.Clone(), ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var locs []journal.Location
-	if err := j.Iterate(journal.Location{}, func(loc journal.Location, _ journal.Record) error {
-		locs = append(locs, loc)
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := j.Close(); err != nil {
-		t.Fatal(err)
-	}
+	locs := journalLocations(t, img.Clone(), "/db")
 	// A record three quarters of the way in: the batches before it are
 	// replayed before the open reaches it, and the batches after it prove
 	// it was durable, so the damage is corruption, not a torn tail.
@@ -111,4 +98,25 @@ func memFiles(t *testing.T, fsys vfs.FS, dir string) map[string][]byte {
 		m[n] = b
 	}
 	return m
+}
+
+// journalLocations returns the location of every user record of the
+// journal in dir, read through a read-only open of fs.
+func journalLocations(t *testing.T, fs vfs.FS, dir string) []journal.Location {
+	t.Helper()
+	j, _, err := journal.Open(dir, journal.Options{FS: fs, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var locs []journal.Location
+	if err := j.Iterate(journal.Location{}, func(loc journal.Location, _ journal.Record) error {
+		locs = append(locs, loc)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := j.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return locs
 }
