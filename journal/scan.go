@@ -625,10 +625,7 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 		var err error
 		hard := false // the frame at off verifies but is out of place
 		if stopAt > 0 && off >= stopAt {
-			if off != stopAt || inBatch || goodEnd != stopAt {
-				return scanEnd{}, fmt.Errorf("%w: %s: the records before the replay position do not lead to it", ErrCorrupt, Location{id, off})
-			}
-			break
+			break // checked below: the last verified batch must end there
 		}
 		if off >= size {
 			err = fmt.Errorf("%w: %s: end of file", ErrTornTail, Location{id, off})
@@ -792,7 +789,7 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 		break
 	}
 	if stopAt > 0 && goodEnd != stopAt {
-		return scanEnd{}, fmt.Errorf("%w: %s: the records before the replay position end before it", ErrCorrupt, Location{id, goodEnd})
+		return scanEnd{}, fmt.Errorf("%w: %s: the records before the replay position do not lead to it", ErrCorrupt, Location{id, goodEnd})
 	}
 	return scanEnd{end: goodEnd, last: goodLast, tailPrev: goodPrev, sealed: sealed || forceSeal, prefixEnd: prefixEnd}, nil
 }
