@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/kdb-project/kdb/vfs"
 )
@@ -141,6 +142,14 @@ func TestFile_ConcurrentReadsDuringCommit(t *testing.T) {
 				commit.Wait()
 				if commitErr != nil {
 					t.Fatal(commitErr)
+				}
+				if round == 20 {
+					// On a loaded machine the mutator of the in-memory
+					// file could finish before a reader ran at all: from
+					// here on the commits run beside reads.
+					for deadline := time.Now().Add(10 * time.Second); reads.Load() == 0 && time.Now().Before(deadline); {
+						time.Sleep(time.Millisecond)
+					}
 				}
 				cp, err := f.PrepareCheckpoint(MetaUpdate{})
 				if err != nil {
