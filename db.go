@@ -575,10 +575,10 @@ func (db *DB) encode(ops []op, own bool) (*commitReq, error) {
 			copy(req.ops, ops)
 		}
 	}
-	nvals := 0
+	nvals, maxVal := 0, 0
 	for i := range req.ops {
 		o := &req.ops[i]
-		if (o.kind == opPut && db.opts.ValueThreshold >= 0 && len(o.value) > db.opts.ValueThreshold) || o.kind == opMoveJournal {
+		if db.inJournal(o) {
 			if o.kind == opPut {
 				o.kind = opPutJournal
 			}
@@ -586,20 +586,54 @@ func (db *DB) encode(ops []op, own bool) (*commitReq, error) {
 			nvals++
 			req.recs = append(req.recs, journal.Record{Type: recValue, Payload: o.value})
 			req.size += len(o.value) + 64
+			maxVal = max(maxVal, len(o.value))
 		}
 	}
 	req.batchSize = encodedBatchSize(req.ops)
 	req.size += req.batchSize + 64
-	if req.batchSize > db.maxRecord {
-		return nil, fmt.Errorf("%w: batch record of %d bytes (max %d): split the batch", ErrInvalid, req.batchSize, db.maxRecord)
-	}
-	for _, r := range req.recs {
-		if len(r.Payload) > db.maxRecord {
-			return nil, fmt.Errorf("%w: value record of %d bytes (max %d): split the batch", ErrInvalid, len(r.Payload), db.maxRecord)
-		}
-	}
-	if req.size > db.maxGroup {
-		return nil, fmt.Errorf("%w: batch of %d bytes (max %d): split the batch", ErrInvalid, req.size, db.maxGroup)
+	if err := db.checkBounds(req.batchSize, maxVal, req.size); err != nil {
+		return nil, err
 	}
 	return req, nil
+}
+
+// inJournal reports whether encode gives o's value a value record of its
+// own.
+func (db *DB) inJournal(o *op) bool {
+	return (o.kind == opPut && db.opts.ValueThreshold >= 0 && len(o.value) > db.opts.ValueThreshold) || o.kind == opMoveJournal
+}
+
+// checkBounds checks a batch's encoded sizes: its batch record, its
+// largest value record, and all its records with their headers.
+func (db *DB) checkBounds(batchSize, maxVal, size int) error {
+	if batchSize > db.maxRecord {
+		return fmt.Errorf("%w: batch record of %d bytes (max %d): split the batch", ErrInvalid, batchSize, db.maxRecord)
+	}
+	if maxVal > db.maxRecord {
+		return fmt.Errorf("%w: value record of %d bytes (max %d): split the batch", ErrInvalid, maxVal, db.maxRecord)
+	}
+	if size > db.maxGroup {
+		return fmt.Errorf("%w: batch of %d bytes (max %d): split the batch", ErrInvalid, size, db.maxGroup)
+	}
+	return nil
+}
+
+// fits is encode's check of ops' bounds, without encode's changes to
+// them.
+func (db *DB) fits(ops []op) error {
+	batchSize := encodedBatchSize(ops)
+	vals, maxVal, nvals := 0, 0, 0
+	for i := range ops {
+		o := &ops[i]
+		if !db.inJournal(o) {
+			continue
+		}
+		if o.kind == opPut { // encode makes it an opPutJournal: a reference
+			batchSize += uvarintLen(uint64(nvals)) - len(o.value)
+		}
+		nvals++
+		vals += len(o.value) + 64
+		maxVal = max(maxVal, len(o.value))
+	}
+	return db.checkBounds(batchSize, maxVal, batchSize+64+vals)
 }

@@ -171,6 +171,24 @@ func (tx *Txn) DropIndex(index string) error {
 // Options.Sync other than SyncAlways every commit is like that already.
 func (tx *Txn) NoSync() { tx.noSync = true }
 
+// Fits reports whether the transaction's writes so far fit in one batch of
+// this store (DB.MaxBatchSize, Options.SegmentSize): nil, or the ErrInvalid
+// ("split the batch") its commit would fail with. A function that builds a
+// transaction only to check it (a dry run, whose error discards it) can
+// learn so whether the same writes would commit.
+func (tx *Txn) Fits() error {
+	if tx.b.err != nil {
+		return tx.b.err
+	}
+	ops := tx.b.ops
+	if n := len(tx.folded); n > 0 {
+		// Deferred transactions that joined this one are committed apart
+		// from it if they must (splitFolded): its own writes are the rest.
+		ops = ops[tx.folded[n-1].end:]
+	}
+	return tx.db.fits(ops)
+}
+
 // ownScanMax is how many operations a Txn finds its own writes among by a
 // scan; past it, record indexes them in own and dropped.
 const ownScanMax = 16
