@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"sync"
 
 	"github.com/kdb-project/kdb"
@@ -35,6 +37,9 @@ type asyncAcks struct {
 	// them), for Sync.
 	out  map[uint64]struct{}
 	next uint64
+	// failed: the errors of the deferred acks that were never applied, by
+	// number, until a Sync reports them.
+	failed map[uint64]error
 }
 
 type ackKey struct{ dest, seq uint64 }
@@ -54,6 +59,12 @@ type ackKey struct{ dest, seq uint64 }
 // again (at-least-once), never acked twice, and every message sent and
 // acknowledged is still there. So a producer that sends and acks in a loop
 // pays one commit and one fsync per pair, and never waits for an ack.
+//
+// More messages than one batch of the store removes (a few thousand, fewer
+// with small segments) are acked in several deferred transactions, each
+// all or nothing: a crash may lose some of them, as above. An ack that
+// fails when it runs (bad bytes in the store, a failed handle) leaves its
+// messages in the queue, and the next Sync returns its error.
 //
 // Acks made by AckAsync are checked against the other AckAsyncs of the
 // same Broker; an Ack or a transaction racing with an AckAsync of the same
@@ -89,10 +100,32 @@ func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 	for _, s := range seqs {
 		a.pending[ackKey{id, s}] = struct{}{}
 	}
+	seqs = append([]uint64(nil), seqs...) // the caller's may change
+	// One deferred transaction per batch's worth of messages: a deferred
+	// transaction too large for one batch would fail on its own, after
+	// AckAsync returned.
+	per := b.perBatch()
+	for len(seqs) > 0 {
+		part := seqs[:min(per, len(seqs))]
+		seqs = seqs[len(part):]
+		if err := b.deferAck(kind, dest, id, part); err != nil {
+			for _, s := range seqs {
+				delete(a.pending, ackKey{id, s})
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// deferAck hands the ack of seqs (of queue id, dest) to the engine as one
+// deferred transaction. The caller holds a.mu and has put seqs in
+// a.pending; deferAck takes them out if the engine refuses it.
+func (b *Broker) deferAck(kind DestKind, dest string, id uint64, seqs []uint64) error {
+	a := &b.acks
 	a.next++
 	n := a.next
 	a.out[n] = struct{}{}
-	seqs = append([]uint64(nil), seqs...) // the caller's may change
 	fn := func(tx *kdb.Txn) error {
 		w := &bwrite{b: b, tx: tx}
 		if err := w.ackDeferred(kind, dest, id, seqs); err != nil {
@@ -101,13 +134,21 @@ func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 		w.flush()
 		return w.err
 	}
-	done := func(error) {
+	done := func(err error) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		for _, s := range seqs {
 			delete(a.pending, ackKey{id, s})
 		}
 		delete(a.out, n)
+		if err != nil {
+			// Not applied, and never will be: the messages stay (they
+			// are delivered again). The next Sync says so.
+			if a.failed == nil {
+				a.failed = map[uint64]error{}
+			}
+			a.failed[n] = fmt.Errorf("broker: AckAsync of %d message(s) of %s %q not applied: %w", len(seqs), kind, dest, err)
+		}
 		a.cond.Broadcast()
 	}
 	if err := b.ns.Defer(fn, done); err != nil {
@@ -119,6 +160,15 @@ func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 	}
 	return nil
 }
+
+// ackBytes bounds what the removal of one message writes to a batch: three
+// deletes (its body, header and ID, keys of 8, 8 and up to MaxNameSize
+// bytes, in trees of names under 32 bytes) and its destination's record.
+const ackBytes = 512
+
+// perBatch is how many messages one batch surely has room to remove
+// (kdb.DB.MaxBatchSize is a quarter of the store's segment size).
+func (b *Broker) perBatch() int { return max(1, b.db.MaxBatchSize()/ackBytes) }
 
 // checkAcks returns the id of the queue and checks that each of seqs is
 // in the store and not acked by an AckAsync on its way. The caller holds
@@ -189,8 +239,9 @@ func (w *bwrite) ackDeferred(kind DestKind, dest string, id uint64, seqs []uint6
 
 // Sync waits until every AckAsync that returned before it is applied
 // (readers no longer see the messages) and durable, with one fdatasync
-// shared with the writers syncing at the same time. A failure fails the
-// handle.
+// shared with the writers syncing at the same time. A failure to sync
+// fails the handle. It returns too the errors of those AckAsyncs that
+// were never applied (their messages stay in the queue), each once.
 func (b *Broker) Sync() error {
 	a := &b.acks
 	a.mu.Lock()
@@ -210,9 +261,26 @@ func (b *Broker) Sync() error {
 	}
 	a.mu.Unlock()
 	if waited {
-		return b.db.Sync()
+		if err := b.db.Sync(); err != nil {
+			return err
+		}
 	}
-	return nil
+	return a.takeFailed(last)
+}
+
+// takeFailed returns (and forgets) the failures of the AckAsyncs numbered
+// up to last: nil if all of them were applied.
+func (a *asyncAcks) takeFailed(last uint64) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	var errs []error
+	for _, n := range slices.Sorted(maps.Keys(a.failed)) {
+		if n <= last {
+			errs = append(errs, a.failed[n])
+			delete(a.failed, n)
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // before reports whether an AckAsync numbered up to last is not yet

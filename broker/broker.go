@@ -119,13 +119,27 @@ type Broker struct {
 const Namespace = "b"
 
 // Open returns the message store kept in db (empty until the first write).
-// It writes nothing: a read-only DB serves the reading methods.
+// It writes only to finish the Unsubscribes a crash cut short (acking what
+// is still pending for those subscriptions): a read-only DB serves the
+// reading methods, and leaves them to the next writable open.
 func Open(db *kdb.DB) (*Broker, error) {
 	ns, err := db.Namespace(Namespace)
 	if err != nil {
 		return nil, err
 	}
-	return &Broker{db: db, ns: ns}, nil
+	b := &Broker{db: db, ns: ns}
+	gs, err := b.allGone()
+	if err != nil {
+		return nil, err
+	}
+	for _, g := range gs {
+		if err := b.finishGone(g); errors.Is(err, kdb.ErrReadOnly) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("broker: finishing the Unsubscribe of subscription %d: %w", g.sub, err)
+		}
+	}
+	return b, nil
 }
 
 // DB returns the store the broker is in.
@@ -706,138 +720,7 @@ func (b *Broker) Subscribe(topic, sub string) error {
 	})
 }
 
-// Unsubscribe deletes a durable subscription, acking everything pending for
-// it. A subscription with many messages pending is acked in several
-// batches (a few thousand messages each, fewer with small segments); a
-// crash in between leaves it with fewer messages pending, as if its
-// subscriber had acked them. On return (nil) it is deleted, durably.
-// It deletes the subscription the name held when it began: if, between
-// two of its batches, another call deleted it (and perhaps a Subscribe
-// made a new one of the same name), its work is done, and the new one
-// stays.
-func (b *Broker) Unsubscribe(topic, sub string) error {
-	chunk := max(1, b.db.MaxBatchSize()/512)
-	began, subID := false, uint64(0) // subID: the subscription's, once began
-	for more := true; more; began = true {
-		more = false
-		err := b.write(true, func(w *bwrite) error {
-			d, err := w.dest(Topic, topic, false)
-			var id uint64
-			if err == nil {
-				id, err = w.sub(d, sub)
-			}
-			if began && (isNotFound(err) || err == nil && id != subID) {
-				return nil // deleted by another call since our last batch
-			}
-			if err != nil {
-				return err
-			}
-			subID = id
-			pt := idTree(pendPrefix, id)
-			if ok, err := w.tx.Exists(pt); err != nil {
-				return err
-			} else if ok {
-				c := w.tx.Iter(pt)
-				n := 0
-				for ok := c.First(); ok; ok = c.Next() {
-					k := c.Key()
-					if len(k) != 8 {
-						return fmt.Errorf("%w: broker pending key of %d bytes", kdb.ErrCorrupt, len(k))
-					}
-					if n == chunk {
-						more = true
-						return nil
-					}
-					n++
-					w.del(pt, bytes.Clone(k))
-					if err := w.unrefMsg(d, binary.BigEndian.Uint64(k)); err != nil {
-						return err
-					}
-				}
-				if err := c.Err(); err != nil {
-					return err
-				}
-				w.drop(pt)
-			}
-			w.del(subsTree, append(binary.BigEndian.AppendUint64(nil, d.id), sub...))
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-		if more && testHookUnsubscribeBatch != nil {
-			testHookUnsubscribeBatch()
-		}
-	}
-	return nil
-}
-
-// testHookUnsubscribeBatch, if set (by tests), runs between two of an
-// Unsubscribe's batches.
-var testHookUnsubscribeBatch func()
-
 func isNotFound(err error) bool { return err != nil && errors.Is(err, kdb.ErrNotFound) }
-
-// Purge removes every message of a destination (and everything pending for
-// its subscriptions); their space comes back. Sequence numbers, the
-// producer audit and the subscriptions stay. On return (nil) it is durable.
-func (b *Broker) Purge(kind DestKind, dest string) error {
-	return b.write(true, func(w *bwrite) error {
-		d, err := w.dest(kind, dest, false)
-		if err != nil {
-			return err
-		}
-		if kind == Topic {
-			_, ids, err := w.subs(d)
-			if err != nil {
-				return err
-			}
-			for _, id := range ids {
-				w.dropIfExists(idTree(pendPrefix, id))
-			}
-		}
-		for _, p := range []string{msgPrefix, hdrPrefix, idPrefix} {
-			w.dropIfExists(idTree(p, d.id))
-		}
-		d.count, d.nbytes, d.dirty = 0, 0, true
-		return nil
-	})
-}
-
-func (w *bwrite) dropIfExists(tree string) {
-	ok, err := w.tx.Exists(tree)
-	if err != nil && w.err == nil {
-		w.err = err
-	}
-	if ok {
-		w.drop(tree)
-	}
-}
-
-// DeleteDestination removes a destination, its messages, subscriptions and
-// producer audit; its space comes back. On return (nil) it is durable.
-func (b *Broker) DeleteDestination(kind DestKind, dest string) error {
-	return b.write(true, func(w *bwrite) error {
-		d, err := w.dest(kind, dest, false)
-		if err != nil {
-			return err
-		}
-		names, ids, err := w.subs(d)
-		if err != nil {
-			return err
-		}
-		for i, id := range ids {
-			w.dropIfExists(idTree(pendPrefix, id))
-			w.del(subsTree, append(binary.BigEndian.AppendUint64(nil, d.id), names[i]...))
-		}
-		for _, p := range []string{msgPrefix, hdrPrefix, idPrefix, prodPrefix} {
-			w.dropIfExists(idTree(p, d.id))
-		}
-		w.del(destsTree, d.key)
-		w.forget(d)
-		return nil
-	})
-}
 
 // encodeMessage: version u8, ID, producer ID (uvarint length + bytes each),
 // producer seq uvarint, property count uvarint, properties (key, value) in

@@ -20,7 +20,7 @@ func (b *Broker) Check() error {
 }
 
 func (s snap) check() error {
-	known := map[string]bool{destsTree: true, ctrTree: true, subsTree: true, txTree: true}
+	known := map[string]bool{destsTree: true, ctrTree: true, subsTree: true, txTree: true, goneTree: true}
 	var maxID uint64
 	if v, ok, err := s.get(ctrTree, []byte("ids")); err != nil {
 		return err
@@ -43,10 +43,27 @@ func (s snap) check() error {
 	// Every subscription belongs to a topic that exists (DeleteDestination
 	// removes a topic's subscriptions with it).
 	topics := map[uint64]bool{}
+	topicName := map[uint64]string{}
 	for _, d := range dests {
 		if DestKind(d.key[0]) == Topic {
 			topics[d.id] = true
+			topicName[d.id] = string(d.key[1:])
 		}
+	}
+	// So does every gone subscription (an Unsubscribe not finished), and
+	// its record names the topic.
+	git := s.s.Iter(goneTree)
+	for ok := git.First(); ok; ok = git.Next() {
+		k, v := git.Key(), git.Value()
+		if v == nil {
+			break // Err says why
+		}
+		if len(k) != 16 || !topics[binary.BigEndian.Uint64(k)] || topicName[binary.BigEndian.Uint64(k)] != string(v) {
+			return fmt.Errorf("%w: broker gone subscription record %x (topic %q) names no topic", kdb.ErrCorrupt, k, v)
+		}
+	}
+	if err := git.Err(); err != nil {
+		return err
 	}
 	sit := s.s.Iter(subsTree)
 	for ok := sit.First(); ok; ok = sit.Next() {
@@ -140,8 +157,15 @@ func (s snap) checkDest(d *destRec, known map[string]bool, maxID uint64) error {
 	if err != nil {
 		return err
 	}
-	if DestKind(d.key[0]) == Queue && len(ids) > 0 {
+	gs, err := gone(s.s.Iter(goneTree), d.id)
+	if err != nil {
+		return err
+	}
+	if DestKind(d.key[0]) == Queue && len(ids)+len(gs) > 0 {
 		return fmt.Errorf("%w: a queue with subscriptions", kdb.ErrCorrupt)
+	}
+	for _, g := range gs {
+		ids = append(ids, g.sub) // its pending entries hold references still
 	}
 	pending := map[uint64]uint32{}
 	for _, id := range ids {

@@ -10,6 +10,7 @@ const (
 	ctrTree    = "ctr"   // "ids" -> the next destination or subscription id u64 (LE)
 	subsTree   = "subs"  // dest id + sub name -> sub id u64, start seq u64 (LE)
 	txTree     = "tx"    // xid -> a prepared transaction (txVersion encoding)
+	goneTree   = "gone"  // topic id + sub id (u64 BE each) -> topic name: unsubscribed, pending still to remove
 	msgPrefix  = "m/"    // + dest id: seq -> message (msgVersion encoding)
 	hdrPrefix  = "h/"    // + dest id: seq -> refs u32, size u32 (LE), message ID
 	idPrefix   = "x/"    // + dest id: message ID -> seq u64 (LE)

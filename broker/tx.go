@@ -150,8 +150,9 @@ func (tx *Tx) Commit() error {
 func (tx *Tx) Rollback() { tx.done = true }
 
 // Prepare is phase one of a two-phase commit: it checks that the
-// transaction can commit now (no duplicate, every acked message there) and
-// stores it durably under xid. It survives a crash, is listed by Prepared,
+// transaction can commit now (no duplicate, every acked message there, its
+// writes fit in one batch of the store: else kdb.ErrInvalid, "split the
+// batch") and stores it durably under xid. It survives a crash, is listed by Prepared,
 // and is finished by CommitPrepared or RollbackPrepared. Its sends get their
 // sequence numbers at CommitPrepared, which does not report them (the
 // transaction may be committed by another process after a crash): find a
@@ -188,6 +189,17 @@ func (tx *Tx) Prepare(xid string) error {
 		}
 		if _, err := w.runTx(ops); err != nil {
 			return err
+		}
+		// CommitPrepared writes the same and removes the prepared
+		// record, in one batch: it must fit, or the transaction could
+		// only ever be rolled back.
+		w.del(txTree, []byte(xid))
+		w.flush()
+		if w.err == nil {
+			w.err = w.tx.Fits()
+		}
+		if w.err != nil {
+			return fmt.Errorf("transaction %q: %w", xid, w.err)
 		}
 		return errDryRun
 	}

@@ -15,8 +15,10 @@ import (
 // between two of them, another call deletes the subscription and a
 // Subscribe makes a new one of the same name, the first call's next batch
 // looked the name up again and deleted the new subscription too, with
-// what was pending for it: one Unsubscribe removed two. It now stops: the
-// subscription it began on is gone.
+// what was pending for it: one Unsubscribe removed two. Since the first
+// batch deletes the subscription (its later ones finish a gone
+// subscription, by id), the other client's Unsubscribe finds nothing, and
+// the new subscription is left alone.
 func TestUnsubscribe_LeavesANewGenerationAlone(t *testing.T) {
 	b := openTestBroker(t, &kdb.Options{SegmentSize: 64 << 10})
 	if err := b.Subscribe("t", "s"); err != nil {
@@ -34,11 +36,11 @@ func TestUnsubscribe_LeavesANewGenerationAlone(t *testing.T) {
 		if batches > 1 {
 			return
 		}
-		// Another client: its own Unsubscribe (the rest of the old
-		// subscription), a new subscription and a message for it.
+		// Another client: its own Unsubscribe (of a subscription gone
+		// already), a new subscription and a message for it.
 		testHookUnsubscribeBatch = nil
-		if err := b.Unsubscribe("t", "s"); err != nil {
-			t.Error(err)
+		if err := b.Unsubscribe("t", "s"); !errors.Is(err, kdb.ErrNotFound) {
+			t.Errorf("a second Unsubscribe while the first runs: %v, want ErrNotFound", err)
 		}
 		if err := b.Subscribe("t", "s"); err != nil {
 			t.Error(err)
