@@ -418,6 +418,16 @@ func listSubs(it *kdb.Iter, d *destRec) (names []string, ids []uint64, err error
 	return names, ids, it.Err()
 }
 
+// topicSub returns a topic and the id of its subscription sub.
+func (w *bwrite) topicSub(topic, sub string) (*destRec, uint64, error) {
+	d, err := w.dest(Topic, topic, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	id, err := w.sub(d, sub)
+	return d, id, err
+}
+
 func (w *bwrite) sub(d *destRec, name string) (uint64, error) {
 	if err := checkName("subscription name", name); err != nil {
 		return 0, err
@@ -601,11 +611,7 @@ func (w *bwrite) ack(kind DestKind, dest string, seqs []uint64) error {
 }
 
 func (w *bwrite) ackSub(topic, sub string, seqs []uint64) error {
-	d, err := w.dest(Topic, topic, false)
-	if err != nil {
-		return err
-	}
-	id, err := w.sub(d, sub)
+	d, id, err := w.topicSub(topic, sub)
 	if err != nil {
 		return err
 	}

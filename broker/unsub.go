@@ -41,11 +41,7 @@ func (b *Broker) Unsubscribe(topic, sub string) error {
 	var g goneSub
 	finished := false
 	err := b.write(true, func(w *bwrite) error {
-		d, err := w.dest(Topic, topic, false)
-		if err != nil {
-			return err
-		}
-		id, err := w.sub(d, sub)
+		d, id, err := w.topicSub(topic, sub)
 		if err != nil {
 			return err
 		}
@@ -203,24 +199,32 @@ func (b *Broker) Purge(kind DestKind, dest string) error {
 		if err != nil {
 			return err
 		}
+		var ids []uint64
 		if kind == Topic {
-			_, ids, err := w.subs(d)
-			if err != nil {
-				return err
-			}
-			for _, id := range ids {
-				w.dropIfExists(idTree(pendPrefix, id))
-			}
-			if err := w.dropGone(d); err != nil {
+			if _, ids, err = w.subs(d); err != nil {
 				return err
 			}
 		}
-		for _, p := range []string{msgPrefix, hdrPrefix, idPrefix} {
-			w.dropIfExists(idTree(p, d.id))
-		}
-		d.count, d.nbytes, d.dirty = 0, 0, true
-		return nil
+		return w.purge(d, ids)
 	})
+}
+
+// purge drops the messages of d and what is pending for its
+// subscriptions (ids) and gone subscriptions.
+func (w *bwrite) purge(d *destRec, ids []uint64) error {
+	for _, id := range ids {
+		w.dropIfExists(idTree(pendPrefix, id))
+	}
+	if err := w.dropGone(d); err != nil {
+		return err
+	}
+	for _, p := range []string{msgPrefix, hdrPrefix, idPrefix} {
+		w.dropIfExists(idTree(p, d.id))
+	}
+	if d.count != 0 || d.nbytes != 0 {
+		d.count, d.nbytes, d.dirty = 0, 0, true
+	}
+	return nil
 }
 
 func (w *bwrite) dropIfExists(tree string) {
@@ -263,17 +267,8 @@ func (b *Broker) DeleteDestination(kind DestKind, dest string) error {
 			}
 			// Every batch purges (a Send between two batches may have
 			// delivered to the subscriptions left).
-			for _, sid := range ids {
-				w.dropIfExists(idTree(pendPrefix, sid))
-			}
-			if err := w.dropGone(d); err != nil {
+			if err := w.purge(d, ids); err != nil {
 				return err
-			}
-			for _, p := range []string{msgPrefix, hdrPrefix, idPrefix} {
-				w.dropIfExists(idTree(p, d.id))
-			}
-			if d.count != 0 || d.nbytes != 0 {
-				d.count, d.nbytes, d.dirty = 0, 0, true
 			}
 			n := min(len(names), b.perBatch())
 			for _, name := range names[:n] {
