@@ -22,6 +22,7 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/journal"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 func init() {
@@ -67,12 +68,38 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
+	// Each directory is removed under its store's lock, the one kdb.Open
+	// takes: a store that a live process holds is refused (ErrLocked, exit
+	// 3) before anything in either directory is removed.
+	var locks []vfs.Locker
+	defer func() {
+		for _, lk := range locks {
+			_ = lk.Close()
+		}
+	}()
+	for _, d := range []string{dir, scanDir} {
+		lk, err := lockDemoDir(d)
+		if err != nil {
+			fmt.Fprintf(stderr, "kdbtool demo: %s\n", errLine(err))
+			return exitIO
+		}
+		if lk != nil {
+			locks = append(locks, lk)
+		}
+	}
 	for _, d := range []string{dir, scanDir} {
 		if err := os.RemoveAll(d); err != nil {
 			fmt.Fprintf(stderr, "kdbtool demo: %s\n", errLine(err))
 			return exitIO
 		}
 	}
+	for _, lk := range locks {
+		if err := lk.Close(); err != nil {
+			fmt.Fprintf(stderr, "kdbtool demo: %s\n", errLine(err))
+			return exitIO
+		}
+	}
+	locks = nil
 	say := func(format string, a ...any) {
 		if !*asJSON {
 			fmt.Fprintf(stdout, format+"\n", a...)
@@ -376,6 +403,21 @@ func demoRemovable(dir string) error {
 		}
 	}
 	return nil
+}
+
+// lockDemoDir takes the store lock of dir, a directory demoRemovable
+// accepted, before the demo removes it: nil if dir does not exist (nothing
+// to remove), ErrLocked naming dir if a live process holds the store. The
+// lock file is created if missing; it goes with the directory.
+func lockDemoDir(dir string) (vfs.Locker, error) {
+	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	lk, err := vfs.OS.Lock(filepath.Join(dir, "lock"))
+	if errors.Is(err, vfs.ErrLocked) {
+		return nil, fmt.Errorf("%w: %s: the store is open in another process (or handle); the demo deletes and rebuilds it: close it first, or name another directory: %w", kdb.ErrLocked, dir, err)
+	}
+	return lk, err
 }
 
 // storeFileName reports whether name is one a store's directory holds:

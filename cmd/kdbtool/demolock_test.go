@@ -1,0 +1,49 @@
+package main
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/kdb-project/kdb"
+)
+
+// TestDemo_RefusesALiveStore: demo deletes and rebuilds DIR and DIR-scan,
+// so it first takes each one's store lock, as kdb.Open does: a store that
+// a live process holds (here this test process; demo runs as a child, so
+// the lock conflicts as another program's would) is refused with
+// kdb.ErrLocked and exit 3, and its files are left as they were.
+func TestDemo_RefusesALiveStore(t *testing.T) {
+	t.Parallel()
+	for _, side := range []string{"", "-scan"} {
+		t.Run("DIR"+side, func(t *testing.T) {
+			t.Parallel()
+			root := t.TempDir()
+			dir := filepath.Join(root, "demo")
+			live := dir + side
+			src := makeStore(t, 300)
+			if err := copyDir(src, live); err != nil {
+				t.Fatal(err)
+			}
+			db, err := kdb.Open(live, &kdb.Options{SegmentSize: testSegmentSize, CheckpointInterval: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				if err := db.Close(); err != nil {
+					t.Error(err)
+				}
+			}()
+			before := fileStates(t, live)
+			code, _, stderr := runChildTimeout(t, 2*time.Minute, "demo", "-size-mib", "1", dir)
+			if code != exitIO || !strings.Contains(stderr, kdb.ErrLocked.Error()) || !strings.Contains(stderr, live) {
+				t.Errorf("demo with %s open: exit %d, stderr %q; want exit %d and %q naming it", live, code, stderr, exitIO, kdb.ErrLocked)
+			}
+			requireUntouched(t, "demo", before, fileStates(t, live))
+			if v, err := db.Get("users", []byte("user-00007")); err != nil || string(v) != "value-7" {
+				t.Errorf("the live store after demo: %q, %v", v, err)
+			}
+		})
+	}
+}
