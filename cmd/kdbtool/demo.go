@@ -422,8 +422,15 @@ func lockDemoDir(dir string) (vfs.Locker, error) {
 
 // storeFileName reports whether name is one a store's directory holds:
 // the page file's, the journal's segments, the lock, and their temporary
-// and .broken (kdbtool repair) copies.
+// and .broken, .broken.N (kdbtool repair) copies, and a repair's
+// temporary copy (.broken.tmp) that a kill left.
 func storeFileName(name string) bool {
+	name = strings.TrimSuffix(name, ".tmp")
+	if i := strings.LastIndex(name, ".broken."); i >= 0 {
+		if _, err := strconv.ParseUint(name[i+len(".broken."):], 10, 64); err == nil {
+			name = name[:i]
+		}
+	}
 	name = strings.TrimSuffix(strings.TrimSuffix(name, ".broken"), ".tmp")
 	switch name {
 	case "db.data", "db.redo", "db.free", "db.free.prev", "lock":

@@ -1,11 +1,17 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"strconv"
 	"syscall"
 	"testing"
+	"time"
 )
+
+// pausedSaving is what a child with KDBTOOL_TEST_PAUSE_SAVE=1 prints on
+// stderr, with the name, when it stops in the middle of a .broken copy.
+const pausedSaving = "test: paused saving"
 
 // TestMain lets a test run the test binary as kdbtool itself (for tests
 // that must SIGKILL a real process): KDBTOOL_TEST_MAIN=1 makes it main.
@@ -15,6 +21,14 @@ func TestMain(m *testing.M) {
 		if n, err := strconv.ParseUint(os.Getenv("KDBTOOL_TEST_NOFILE"), 10, 64); err == nil {
 			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
 				os.Exit(99)
+			}
+		}
+		// KDBTOOL_TEST_PAUSE_SAVE=1: stop in the middle of saving a
+		// .broken copy (say so on stderr) until killed.
+		if os.Getenv("KDBTOOL_TEST_PAUSE_SAVE") == "1" {
+			testHookSaving = func(name string) {
+				fmt.Fprintf(os.Stderr, "%s %s\n", pausedSaving, name)
+				time.Sleep(time.Hour)
 			}
 		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

@@ -43,6 +43,7 @@ type repairOut struct {
 	Actions   []repairAction  `json:"actions"`   // what repair does (or would do)
 	Unfixable []string        `json:"unfixable"` // what it cannot fix
 	Saved     []string        `json:"saved"`     // .broken copies written
+	Done      bool            `json:"done"`      // apply: the actions were carried out (the store was opened and closed)
 	Recovery  map[string]any  `json:"recovery,omitempty"`
 	After     *repairAfterOut `json:"after,omitempty"`
 	OK        bool            `json:"ok"`
@@ -341,6 +342,7 @@ func carryOut(dir string, out *repairOut, lastSeg string, pageSize int, fsys vfs
 	if err := db.Close(); err != nil {
 		return out, err
 	}
+	out.Done = true
 	after, err := inspectStore(dir)
 	if err != nil {
 		return out, err
@@ -403,8 +405,13 @@ type nopLocker struct{}
 func (nopLocker) Close() error { return nil }
 
 // saveBroken saves path as path.broken (or path.broken.N if that exists),
-// by a synced copy, or by a rename if move. It returns the saved name.
-// The caller syncs the directory.
+// by a copy, or by a rename if move. It returns the saved name.
+//
+// The copy is written to a temporary name beside it (the saved name plus
+// ".tmp"; one a killed repair left is overwritten), fsynced, renamed to the
+// saved name, and the directory is fsynced: a .broken file is always a
+// whole copy. On failure the temporary copy is removed and nothing is
+// saved. A move is not synced here; the caller syncs the directory.
 func saveBroken(path string, move bool) (string, error) {
 	dst := path + ".broken"
 	for i := 1; ; i++ {
@@ -416,18 +423,57 @@ func saveBroken(path string, move bool) (string, error) {
 	if move {
 		return dst, os.Rename(path, dst)
 	}
-	if err := copyFile(path, dst); err != nil {
-		return dst, err
+	tmp := dst + ".tmp"
+	err := copySynced(path, tmp)
+	if err == nil {
+		err = os.Rename(tmp, dst)
 	}
-	f, err := os.Open(dst)
 	if err != nil {
-		return dst, err
+		if rerr := os.Remove(tmp); rerr != nil && !errors.Is(rerr, os.ErrNotExist) {
+			err = fmt.Errorf("%w (and removing the partial copy: %w)", err, rerr)
+		}
+		return dst, fmt.Errorf("saving %s as %s: %w", path, filepath.Base(dst), err)
 	}
-	err = f.Sync()
-	if cerr := f.Close(); err == nil {
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		return dst, fmt.Errorf("saving %s as %s: %w", path, filepath.Base(dst), err)
+	}
+	return dst, nil
+}
+
+// testHookSaving, if set (by tests only: TestMain sets it in a child that
+// a test kills), runs in the middle of saving a .broken copy, once the
+// first part of the copy is written; name is the file being written.
+var testHookSaving func(name string)
+
+// copySynced copies src to dst (created, or truncated if it exists, mode
+// 0600) and fsyncs dst. On return dst's bytes are durable; its name is
+// not (the caller renames it and syncs the directory).
+func copySynced(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.CopyN(out, in, 64<<10); err != nil && !errors.Is(err, io.EOF) {
+		out.Close()
+		return err
+	}
+	if testHookSaving != nil {
+		testHookSaving(dst)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	err = out.Sync()
+	if cerr := out.Close(); err == nil {
 		err = cerr
 	}
-	return dst, err
+	return err
 }
 
 func syncDir(dir string) error {
@@ -444,9 +490,16 @@ func syncDir(dir string) error {
 
 func printRepair(w io.Writer, o *repairOut) {
 	printProblems(w, o.Problems)
+	// Only work that was carried out is "did": a repair that failed
+	// before (or while) opening the store says its actions were not done.
 	verb := "would"
-	if o.Apply {
+	switch {
+	case o.Apply && o.Done:
 		verb = "did"
+	case o.Apply && o.Recovery != nil:
+		verb = "not completed (the repair failed; see the error)"
+	case o.Apply:
+		verb = "not done (the repair failed; see the error)"
 	}
 	if len(o.Actions) == 0 && len(o.Unfixable) == 0 {
 		fmt.Fprintf(w, "nothing to repair\n")
