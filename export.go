@@ -157,10 +157,14 @@ const importTempInfix = ".import-"
 // (with its own mode).
 //
 // A damaged or truncated snapshot is ErrCorrupt; on any error the
-// temporary directory is removed and dir is left as it was. Import first
-// removes what an interrupted Import into the same dir left (a temporary
-// directory of that name whose store lock nobody holds) and counts it in
-// ExportReport.StaleRemoved; one in use by a running Import is left alone.
+// temporary directory is removed and dir is left as it was. Before it
+// creates anything for dir, Import takes a lock beside it ("."+base(dir)+
+// ".import.lock", removed once the store is in place): a second Import into
+// the same dir while one runs fails at once with ErrLocked, and one that
+// comes after the first put its store in place fails with ErrNotEmpty;
+// neither touches the other's files. Import then removes what an
+// interrupted Import into the same dir left (a temporary directory of that
+// name) and counts it in ExportReport.StaleRemoved.
 func Import(dir string, r io.Reader, opts *Options) (*ExportReport, error) {
 	o := opts.withDefaults()
 	fsys := o.FS
@@ -175,6 +179,21 @@ func Import(dir string, r io.Reader, opts *Options) (*ExportReport, error) {
 		return nil, err
 	}
 	parent, base := filepath.Dir(dir), filepath.Base(dir)
+	// Claim dir before anything is created for it: a concurrent Import into
+	// the same dir fails here at once (ErrLocked), or, once this one has put
+	// its store in place, at the check below (ErrNotEmpty). Nothing else
+	// removes or creates a temporary directory for dir meanwhile.
+	claim, err := claimImport(fsys, parent, base)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = claim.Close() }()
+	if err := importTarget(fsys, dir); err != nil {
+		if errors.Is(err, ErrNotEmpty) {
+			dropClaim(fsys, dir)
+		}
+		return nil, err
+	}
 	rep := &ExportReport{}
 	removed, err := removeStaleImports(fsys, parent, base)
 	rep.StaleRemoved = removed
@@ -222,15 +241,55 @@ func Import(dir string, r io.Reader, opts *Options) (*ExportReport, error) {
 	// An empty dir is removed first (os.Rename never replaces a
 	// directory); a dir filled meanwhile makes that fail, never lose it.
 	if err := fsys.Remove(dir); err != nil && !errors.Is(err, iofs.ErrNotExist) {
+		if terr := importTarget(fsys, dir); terr != nil {
+			return fail(fmt.Errorf("%w (filled while the import ran)", terr))
+		}
 		return fail(fmt.Errorf("kdb: Import: removing the empty %s to rename the store into place: %w", dir, err))
 	}
 	if err := fsys.Rename(tmp, dir); err != nil {
+		if terr := importTarget(fsys, dir); terr != nil {
+			return fail(fmt.Errorf("%w (filled while the import ran)", terr))
+		}
 		return fail(err)
 	}
 	if err := fsys.SyncDir(parent); err != nil {
 		return rep, fmt.Errorf("kdb: Import: sync %s after renaming the store into place: %w", parent, err)
 	}
+	dropClaim(fsys, dir)
 	return rep, nil
+}
+
+// importClaimSuffix names the lock file an Import into dir holds while it
+// runs: "." + base(dir) + importClaimSuffix, beside dir.
+const importClaimSuffix = ".import.lock"
+
+// claimImport takes the lock that makes an Import the only one into
+// parent/base (creating parent if it is missing, and the lock file): a
+// concurrent Import into the same directory gets ErrLocked.
+//
+// The lock file is removed (dropClaim) only while base holds a store, so
+// whoever takes a lock on it (even on a name removed meanwhile) finds the
+// store and stops with ErrNotEmpty: no two Imports ever build for base at
+// once. A failed or killed Import leaves it, empty, for the next to reuse.
+func claimImport(fsys vfs.FS, parent, base string) (vfs.Locker, error) {
+	if err := vfs.MkdirAllDurable(fsys, parent, 0o750); err != nil {
+		return nil, err
+	}
+	name := filepath.Join(parent, "."+base+importClaimSuffix)
+	lk, err := fsys.Lock(name)
+	if errors.Is(err, vfs.ErrLocked) {
+		return nil, fmt.Errorf("%w: %s: another import into it is running (it holds %s): %w",
+			ErrLocked, filepath.Join(parent, base), name, err)
+	}
+	return lk, err
+}
+
+// dropClaim removes the claim lock file of an Import into dir, which
+// holds a store now. The caller holds the lock. Not synced: a claim file
+// that comes back after a crash is only taken and found in the way of
+// nothing (the store is there).
+func dropClaim(fsys vfs.FS, dir string) {
+	_ = fsys.Remove(filepath.Join(filepath.Dir(dir), "."+filepath.Base(dir)+importClaimSuffix))
 }
 
 // importTarget checks that dir is absent or an empty directory.

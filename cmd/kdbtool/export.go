@@ -301,6 +301,11 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	case errors.Is(err, kdb.ErrNotEmpty):
 		fmt.Fprintf(stderr, "kdbtool import: %s; import creates a new store in a new or empty directory\n", errLine(err))
 		return exitProblems
+	case errors.Is(err, kdb.ErrLocked):
+		// Another import into DIR is running: DIR is in use, as a store
+		// that exists is (ErrNotEmpty above); this one touched nothing.
+		fmt.Fprintf(stderr, "kdbtool import: %s\n", errLine(err))
+		return exitProblems
 	case errors.Is(err, kdb.ErrInvalid):
 		fmt.Fprintf(stderr, "kdbtool import: %s\n", errLine(err))
 		fs.Usage()
