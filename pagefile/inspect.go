@@ -16,7 +16,14 @@ type Inspection struct {
 	PageSize int
 	StoreID  string // hex
 	DataSize int64  // bytes of db.data
-	Slots    [numMetaSlots]SlotInfo
+	// DataSizeAfterRedo is the size db.data has once Open applied the
+	// db.redo it would apply (Redo.RedoApplied): DataSize, or the end of
+	// the highest page the batch writes if that is beyond it. A checkpoint
+	// that grows db.data writes and syncs db.redo first, so a crash before
+	// the grow leaves DataSize < Meta.PageCount pages and this at least
+	// that: recovery pending, not a cut page file.
+	DataSizeAfterRedo int64
+	Slots             [numMetaSlots]SlotInfo
 	// Meta is the meta Open would use: the newest intact slot, or the meta
 	// of a complete db.redo that Open would apply.
 	Meta Meta
@@ -78,6 +85,12 @@ func Inspect(fsys vfs.FS, dir string) (*Inspection, error) {
 		Meta:     f.Meta(),
 		Redo:     *rep,
 	}
+	in.DataSizeAfterRedo = f.dataSize
+	f.mu.RLock()
+	for id := range f.mu.overlay {
+		in.DataSizeAfterRedo = max(in.DataSizeAfterRedo, (int64(id)+1)*int64(f.pageSize))
+	}
+	f.mu.RUnlock()
 	in.Redo.FreeListPath = ""
 	hdr := fileHeader{pageSize: f.pageSize, storeID: f.storeID}
 	buf := make([]byte, f.pageSize)

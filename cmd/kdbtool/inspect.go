@@ -25,20 +25,24 @@ func init() {
 
 // Inspect output, field names after docs/FORMAT.md.
 type inspectOut struct {
-	Dir       string      `json:"dir"`
-	PageSize  int         `json:"page_size"`
-	StoreID   string      `json:"store_id"`
-	DataSize  int64       `json:"data_size"`
-	Meta      metaOut     `json:"meta"`
-	MetaSlots []slotOut   `json:"meta_slots"`
-	FreeList  freeListOut `json:"free_list"`
-	Redo      redoOut     `json:"redo"`
-	Journal   journalOut  `json:"journal"`
-	Store     storeOut    `json:"store"`
-	Problems  []problem   `json:"problems,omitempty"`
-	raw       *pagefile.Inspection
-	jerr      error // opening the journal read-only
-	serr      error // opening or reading the store read-only
+	Dir      string `json:"dir"`
+	PageSize int    `json:"page_size"`
+	StoreID  string `json:"store_id"`
+	DataSize int64  `json:"data_size"`
+	// RecoveryPending: db.data is shorter than its page count and the
+	// db.redo Open would apply writes the rest (an interrupted checkpoint
+	// that grew db.data): a warning, not damage.
+	RecoveryPending bool        `json:"recovery_pending"`
+	Meta            metaOut     `json:"meta"`
+	MetaSlots       []slotOut   `json:"meta_slots"`
+	FreeList        freeListOut `json:"free_list"`
+	Redo            redoOut     `json:"redo"`
+	Journal         journalOut  `json:"journal"`
+	Store           storeOut    `json:"store"`
+	Problems        []problem   `json:"problems,omitempty"`
+	raw             *pagefile.Inspection
+	jerr            error // opening the journal read-only
+	serr            error // opening or reading the store read-only
 }
 
 type metaOut struct {
@@ -246,11 +250,21 @@ func inspectStore(dir string) (*inspectOut, error) {
 	// The journal is read first: what can repair a short db.data depends
 	// on it. Its problems are listed after the page file's.
 	out.Journal, out.jerr = inspectJournal(dir, &m)
-	short := in.DataSize < int64(m.PageCount)*int64(in.PageSize)
+	// db.data shorter than its page count is a cut page file, unless the
+	// db.redo that Open would apply writes the pages beyond its end: a
+	// checkpoint that grows db.data syncs db.redo before the grow, so a
+	// crash in between leaves this state, and recovery completes it.
+	need := int64(m.PageCount) * int64(in.PageSize)
+	short := in.DataSizeAfterRedo < need
 	if short {
 		out.Problems = append(out.Problems, problem{"error", "pagefile", fmt.Sprintf(
 			"db.data is %d bytes, shorter than its %d pages of %d bytes (%d bytes): the page file was cut; Open refuses it and a free-list rebuild (recover --force-scan) cannot help; %s",
-			in.DataSize, m.PageCount, in.PageSize, int64(m.PageCount)*int64(in.PageSize), rebuildAdvice(out.Journal, out.jerr))})
+			in.DataSize, m.PageCount, in.PageSize, need, rebuildAdvice(out.Journal, out.jerr))})
+	} else if in.DataSize < need {
+		out.RecoveryPending = true
+		out.Problems = append(out.Problems, problem{"warning", "pagefile", fmt.Sprintf(
+			"recovery pending: db.data is %d bytes, shorter than its %d pages of %d bytes (%d bytes), and db.redo holds the pages beyond its end: a checkpoint that grows db.data was interrupted after db.redo was synced; the next open (kdbtool recover, or the application's) applies db.redo and completes it",
+			in.DataSize, m.PageCount, in.PageSize, need)})
 	}
 
 	fl := &out.FreeList

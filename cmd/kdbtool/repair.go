@@ -156,8 +156,11 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	out := &repairOut{Dir: dir, Apply: apply, Problems: chk.Problems, Actions: []repairAction{}, Unfixable: []string{}, Saved: saved}
 	out.Problems = append(out.Problems, notRegular...)
 	// A db.data shorter than its page count: Open refuses it, so only a
-	// rebuild of the index from the journal can help.
-	short := in.DataSize < int64(in.Meta.PageCount)*int64(in.PageSize)
+	// rebuild of the index from the journal can help. Unless the db.redo
+	// Open would apply writes the pages beyond its end (a checkpoint that
+	// grew db.data, interrupted): then applying it, as recovery does, is
+	// the repair (apply_redo below).
+	short := in.raw.DataSizeAfterRedo < int64(in.Meta.PageCount)*int64(in.PageSize)
 	if !short && (in.raw.TrustedFile != "db.free" || in.raw.Lies > 0) {
 		why := in.raw.Reason
 		switch {
