@@ -68,13 +68,14 @@ func TestUnsubscribe_FinishesUnderTopicLoad(t *testing.T) {
 
 // TestUnsubscribe_CutShortIsFinishedByOpen: a crash between two of an
 // Unsubscribe's batches leaves the subscription gone with messages still
-// pending for it. A read-only open serves the store as it is (Check
-// passes), and the next writable Open acks the rest: nothing is left
-// holding the messages the other subscription acks.
+// pending for it. At a crash after each batch (with some of the unsynced
+// bytes kept or not), a read-only open serves the store as it is (Check
+// passes, the subscription is not listed), and the next writable Open
+// acks the rest: nothing is left holding the messages the other
+// subscription acks.
 func TestUnsubscribe_CutShortIsFinishedByOpen(t *testing.T) {
 	fs := vfs.NewMem()
-	o := &kdb.Options{FS: fs, SegmentSize: 64 << 10}
-	db, err := kdb.Open("/db", o)
+	db, err := kdb.Open("/db", &kdb.Options{FS: fs, SegmentSize: 64 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,65 +91,70 @@ func TestUnsubscribe_CutShortIsFinishedByOpen(t *testing.T) {
 	}
 	const n = 200
 	sendTopic(t, b, "t", "m", n)
-	var img *vfs.MemFS
+	var imgs []*vfs.MemFS
 	testHookUnsubscribeBatch = func() {
-		if img == nil {
-			img = fs.CrashClone(vfs.CrashOptions{}) // the power fails after the first batch
-		}
+		imgs = append(imgs, fs.CrashClone(vfs.CrashOptions{KeepUnsynced: float64(len(imgs)%3) / 2, Seed: int64(len(imgs))}))
 	}
 	defer func() { testHookUnsubscribeBatch = nil }()
 	if err := b.Unsubscribe("t", "drop"); err != nil {
 		t.Fatal(err)
 	}
-	if img == nil {
-		t.Fatal("the Unsubscribe ran in one batch: the test needs several")
+	if want := n/b.perBatch() - 1; len(imgs) < want {
+		t.Fatalf("%d crash points, want %d (a batch each)", len(imgs), want)
 	}
-
-	ro, err := kdb.Open("/db", &kdb.Options{FS: img.Clone(), ReadOnly: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rb, err := Open(ro)
-	if err != nil {
-		t.Fatalf("read-only Open with an Unsubscribe to finish: %v", err)
-	}
-	if err := rb.Check(); err != nil {
-		t.Fatalf("Check of a store with an Unsubscribe cut short: %v", err)
-	}
-	if gs, err := rb.allGone(); err != nil || len(gs) != 1 {
-		t.Fatalf("gone subscriptions after the crash: %v, %v; want 1", gs, err)
-	}
-	if subs, _ := rb.Subscriptions("t"); len(subs) != 1 {
-		t.Fatalf("subscriptions listed after the crash: %+v", subs)
-	}
-	_ = ro.Close()
-
-	db2, err := kdb.Open("/db", &kdb.Options{FS: img, SegmentSize: 64 << 10})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db2.Close()
-	b2, err := Open(db2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if gs, err := b2.allGone(); err != nil || len(gs) != 0 {
-		t.Fatalf("gone subscriptions after Open: %v, %v; want none", gs, err)
-	}
-	if err := b2.Check(); err != nil {
-		t.Fatal(err)
-	}
-	ms, err := b2.ReadSub("t", "keep", 0, 2*n)
-	if err != nil || len(ms) != n {
-		t.Fatalf("keep: %d messages, %v", len(ms), err)
-	}
-	for _, m := range ms {
-		if err := b2.AckSub("t", "keep", m.Seq); err != nil {
+	for i, img := range imgs {
+		ro, err := kdb.Open("/db", &kdb.Options{FS: img.Clone(), ReadOnly: true})
+		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	if d, err := b2.Destination(Topic, "t"); err != nil || d.Count != 0 {
-		t.Fatalf("after keep acked everything: %+v, %v; want no message left", d, err)
+		rb, err := Open(ro)
+		if err != nil {
+			t.Fatalf("crash %d: read-only Open with an Unsubscribe to finish: %v", i, err)
+		}
+		if err := rb.Check(); err != nil {
+			t.Fatalf("crash %d: Check of a store with an Unsubscribe cut short: %v", i, err)
+		}
+		if gs, err := rb.allGone(); err != nil || len(gs) != 1 {
+			t.Fatalf("crash %d: gone subscriptions: %v, %v; want 1", i, gs, err)
+		}
+		if subs, _ := rb.Subscriptions("t"); len(subs) != 1 {
+			t.Fatalf("crash %d: subscriptions listed: %+v", i, subs)
+		}
+		_ = ro.Close()
+
+		db2, err := kdb.Open("/db", &kdb.Options{FS: img, SegmentSize: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b2, err := Open(db2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gs, err := b2.allGone(); err != nil || len(gs) != 0 {
+			t.Fatalf("crash %d: gone subscriptions after Open: %v, %v; want none", i, gs, err)
+		}
+		if err := b2.Check(); err != nil {
+			t.Fatalf("crash %d: %v", i, err)
+		}
+		ms, err := b2.ReadSub("t", "keep", 0, 2*n)
+		if err != nil || len(ms) != n {
+			t.Fatalf("crash %d: keep: %d messages, %v", i, len(ms), err)
+		}
+		seqs := make([]uint64, len(ms))
+		for i, m := range ms {
+			seqs[i] = m.Seq
+		}
+		for len(seqs) > 0 {
+			k := min(len(seqs), b2.perBatch())
+			if err := b2.AckSub("t", "keep", seqs[:k]...); err != nil {
+				t.Fatal(err)
+			}
+			seqs = seqs[k:]
+		}
+		if d, err := b2.Destination(Topic, "t"); err != nil || d.Count != 0 {
+			t.Fatalf("crash %d: after keep acked everything: %+v, %v; want no message left", i, d, err)
+		}
+		_ = db2.Close()
 	}
 }
 
@@ -201,9 +207,20 @@ func TestUnsubscribe_PurgeOrDeleteMidway(t *testing.T) {
 // TestDeleteDestination_ManySubscriptions: a topic with more subscriptions
 // than one batch deletes (300 names of 200 bytes, 64 KiB segments) failed
 // with "split the batch" every time. It is deleted in batches now, and a
-// Send between two of them leaves nothing behind.
+// Send between two of them leaves nothing behind. A crash after any batch
+// leaves a store that checks, and a second call finishes the delete.
 func TestDeleteDestination_ManySubscriptions(t *testing.T) {
-	b := openTestBroker(t, &kdb.Options{SegmentSize: 64 << 10})
+	fs := vfs.NewMem()
+	o := &kdb.Options{FS: fs, SegmentSize: 64 << 10}
+	db, err := kdb.Open("/db", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b, err := Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
 	const subs = 300
 	for i := range subs {
 		if err := b.Subscribe("t", fmt.Sprintf("%s-%03d", strings.Repeat("s", 196), i)); err != nil {
@@ -211,16 +228,16 @@ func TestDeleteDestination_ManySubscriptions(t *testing.T) {
 		}
 	}
 	sendTopic(t, b, "t", "m", 5)
-	calls := 0
+	var imgs []*vfs.MemFS
 	testHookUnsubscribeBatch = func() {
-		calls++
-		sendTopic(t, b, "t", fmt.Sprint("between-", calls), 2)
+		imgs = append(imgs, fs.CrashClone(vfs.CrashOptions{KeepUnsynced: 0.5, Seed: int64(len(imgs))}))
+		sendTopic(t, b, "t", fmt.Sprint("between-", len(imgs)), 2)
 	}
 	defer func() { testHookUnsubscribeBatch = nil }()
 	if err := b.DeleteDestination(Topic, "t"); err != nil {
 		t.Fatal(err)
 	}
-	if calls == 0 {
+	if len(imgs) == 0 {
 		t.Fatal("deleted in one batch: the test needs more subscriptions")
 	}
 	if _, err := b.Destination(Topic, "t"); !errors.Is(err, kdb.ErrNotFound) {
@@ -228,5 +245,30 @@ func TestDeleteDestination_ManySubscriptions(t *testing.T) {
 	}
 	if err := b.Check(); err != nil {
 		t.Fatal(err)
+	}
+	testHookUnsubscribeBatch = nil
+	for i, img := range imgs {
+		o.FS = img
+		db2, err := kdb.Open("/db", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b2, err := Open(db2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b2.Check(); err != nil {
+			t.Fatalf("crash %d: %v", i, err)
+		}
+		if d, err := b2.Destination(Topic, "t"); err != nil || d.Count != 0 {
+			t.Fatalf("crash %d: the topic: %+v, %v; want it there, purged", i, d, err)
+		}
+		if err := b2.DeleteDestination(Topic, "t"); err != nil {
+			t.Fatalf("crash %d: the second DeleteDestination: %v", i, err)
+		}
+		if err := b2.Check(); err != nil {
+			t.Fatalf("crash %d: after the second DeleteDestination: %v", i, err)
+		}
+		_ = db2.Close()
 	}
 }
