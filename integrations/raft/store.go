@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 	"github.com/kdb-project/kdb"
@@ -36,6 +37,11 @@ type Store struct {
 	ns    *kdb.Namespace
 	tree  string // the log tree's name in the kdb store ("ns/log")
 	owned bool
+
+	// closed is set by Close, under mu: from then on every method returns
+	// kdb.ErrClosed (a Store made by New leaves its kdb store open, so the
+	// kdb store cannot say so itself).
+	closed atomic.Bool
 
 	// mu serialises the log's writers (StoreLogs, DeleteRange) and guards
 	// the cached bounds, which always match the durable log: they change
@@ -86,13 +92,23 @@ func New(db *kdb.DB, ns string) (*Store, error) {
 func (s *Store) DB() *kdb.DB { return s.db }
 
 // Close closes the kdb store if Open opened it; a Store made by New leaves
-// it open.
+// it open. It waits for a StoreLogs or DeleteRange in progress. From then
+// on every method of the Store returns an error wrapping kdb.ErrClosed (a
+// second Close too).
 func (s *Store) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Swap(true) {
+		return fmt.Errorf("raftkdb: Close: %w", kdb.ErrClosed)
+	}
 	if s.owned {
 		return s.db.Close()
 	}
 	return nil
 }
+
+// errClosed is the error of a call on a closed Store.
+func errClosed(call string) error { return fmt.Errorf("raftkdb: %s: store %w", call, kdb.ErrClosed) }
 
 func logKey(i uint64) []byte { return binary.BigEndian.AppendUint64(make([]byte, 0, 8), i) }
 
@@ -137,6 +153,9 @@ func (s *Store) FirstIndex() (uint64, error) {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return 0, errClosed("FirstIndex")
+	}
 	return s.first, nil
 }
 
@@ -147,11 +166,17 @@ func (s *Store) LastIndex() (uint64, error) {
 	}
 	s.mu.RLock()
 	defer s.mu.RUnlock()
+	if s.closed.Load() {
+		return 0, errClosed("LastIndex")
+	}
 	return s.last, nil
 }
 
 // GetLog reads the entry at index into log; raft.ErrLogNotFound if absent.
 func (s *Store) GetLog(index uint64, log *raft.Log) error {
+	if s.closed.Load() {
+		return errClosed("GetLog")
+	}
 	v, err := s.ns.Get(logIndex, logKey(index))
 	if errors.Is(err, kdb.ErrNotFound) {
 		return raft.ErrLogNotFound
@@ -198,10 +223,16 @@ func (s *Store) StoreLog(log *raft.Log) error {
 // the store is reopened, if it failed).
 func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
+		if s.closed.Load() {
+			return errClosed("StoreLogs")
+		}
 		return nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return errClosed("StoreLogs")
+	}
 	limit := s.db.MaxBatchSize() / 2
 	maxEntry := s.MaxEntrySize()
 	for _, l := range logs {
@@ -280,11 +311,14 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 // reaches the last entry (a follower truncating a conflicting suffix), from
 // the bottom up otherwise (compaction after a snapshot).
 func (s *Store) DeleteRange(min, max uint64) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed.Load() {
+		return errClosed("DeleteRange")
+	}
 	if min > max {
 		return nil
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.empty || max < s.first || min > s.last {
 		return nil
 	}
@@ -349,6 +383,9 @@ func stableKey(k []byte) []byte { return append([]byte{stableVersion}, k...) }
 
 // Set stores a stable key; durable on return under the sync mode.
 func (s *Store) Set(key, val []byte) error {
+	if s.closed.Load() {
+		return errClosed("Set")
+	}
 	if len(key) > MaxStableKeySize {
 		return fmt.Errorf("raftkdb: stable key of %d bytes, over %d: %w", len(key), MaxStableKeySize, kdb.ErrInvalid)
 	}
@@ -359,6 +396,9 @@ func (s *Store) Set(key, val []byte) error {
 
 // Get returns the value of a stable key, or ErrKeyNotFound.
 func (s *Store) Get(key []byte) ([]byte, error) {
+	if s.closed.Load() {
+		return nil, errClosed("Get")
+	}
 	if len(key) > MaxStableKeySize {
 		return nil, ErrKeyNotFound
 	}

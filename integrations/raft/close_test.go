@@ -1,0 +1,82 @@
+package raftkdb
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/vfs"
+)
+
+// TestStore_UseAfterClose: every method of a closed Store returns an error
+// wrapping kdb.ErrClosed, whether Open made it (Close closed the kdb store)
+// or New did (the kdb store stays open for its owner): FirstIndex and
+// LastIndex (served from memory), a DeleteRange outside the cached bounds
+// and a StoreLogs on the still-open kdb store included; a second Close too.
+func TestStore_UseAfterClose(t *testing.T) {
+	for _, how := range []string{"Open", "New"} {
+		t.Run(how, func(t *testing.T) {
+			fs := vfs.NewMem()
+			var s *Store
+			var db *kdb.DB
+			if how == "Open" {
+				s = openMem(t, fs, nil)
+			} else {
+				var err error
+				if db, err = kdb.Open("/db", &kdb.Options{FS: fs}); err != nil {
+					t.Fatal(err)
+				}
+				if s, err = New(db, DefaultNamespace); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := s.StoreLogs([]*raft.Log{entry(20, 1, 10), entry(21, 1, 10)}); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.SetUint64([]byte("t"), 1); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			var l raft.Log
+			_, errFirst := s.FirstIndex()
+			_, errLast := s.LastIndex()
+			_, errGet := s.Get([]byte("t"))
+			_, errGetU := s.GetUint64([]byte("t"))
+			for name, err := range map[string]error{
+				"second Close":          s.Close(),
+				"FirstIndex":            errFirst,
+				"LastIndex":             errLast,
+				"GetLog":                s.GetLog(20, &l),
+				"StoreLogs":             s.StoreLogs([]*raft.Log{entry(22, 1, 10)}),
+				"StoreLog":              s.StoreLog(entry(22, 1, 10)),
+				"DeleteRange (outside)": s.DeleteRange(1, 2),
+				"DeleteRange (inside)":  s.DeleteRange(21, 21),
+				"DeleteRange (all)":     s.DeleteRange(0, 100),
+				"Set":                   s.Set([]byte("k"), []byte("v")),
+				"SetUint64":             s.SetUint64([]byte("k"), 2),
+				"Get":                   errGet,
+				"GetUint64":             errGetU,
+			} {
+				if !errors.Is(err, kdb.ErrClosed) {
+					t.Errorf("%s after Close: %v, want kdb.ErrClosed", name, err)
+				}
+			}
+			if db != nil {
+				// The kdb store is still open and the log untouched.
+				s2, err := New(db, DefaultNamespace)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if f, l := bounds(t, s2); f != 20 || l != 21 {
+					t.Fatalf("after the closed Store's calls: first %d last %d, want 20 21", f, l)
+				}
+				if err := db.Close(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+}
