@@ -80,3 +80,17 @@ func TestStore_UseAfterClose(t *testing.T) {
 		})
 	}
 }
+
+// TestStore_StoreLogsNilEntry: a nil entry in StoreLogs is kdb.ErrInvalid
+// and nothing of the call is stored (it used to panic).
+func TestStore_StoreLogsNilEntry(t *testing.T) {
+	s := openMem(t, vfs.NewMem(), nil)
+	defer s.Close()
+	err := s.StoreLogs([]*raft.Log{entry(1, 1, 10), nil})
+	if !errors.Is(err, kdb.ErrInvalid) {
+		t.Fatalf("StoreLogs with a nil entry: %v, want kdb.ErrInvalid", err)
+	}
+	if f, l := bounds(t, s); f != 0 || l != 0 {
+		t.Fatalf("after the refused call: first %d last %d", f, l)
+	}
+}

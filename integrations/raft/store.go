@@ -216,8 +216,8 @@ func (s *Store) StoreLog(log *raft.Log) error {
 // durable under the store's sync mode (SyncAlways: on disk).
 //
 // Every entry is checked against the store's limits before anything is
-// written (MaxEntrySize): a call with an entry too large stores nothing and
-// returns an error wrapping kdb.ErrInvalid. A call split in transactions
+// written (MaxEntrySize): a call with an entry too large, or a nil entry,
+// stores nothing and returns an error wrapping kdb.ErrInvalid. A call split in transactions
 // that fails for another reason (the store failed or closed) may leave a
 // prefix of its entries stored, which FirstIndex and LastIndex show (once
 // the store is reopened, if it failed).
@@ -235,7 +235,10 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	}
 	limit := s.db.MaxBatchSize() / 2
 	maxEntry := s.MaxEntrySize()
-	for _, l := range logs {
+	for k, l := range logs {
+		if l == nil {
+			return fmt.Errorf("raftkdb: StoreLogs: entry %d of %d is nil: nothing stored: %w", k, len(logs), kdb.ErrInvalid)
+		}
 		if n := encodedSize(l); n > maxEntry {
 			return fmt.Errorf("raftkdb: log entry %d encodes to %d bytes, over the store's MaxEntrySize %d: nothing stored: %w",
 				l.Index, n, maxEntry, kdb.ErrInvalid)
