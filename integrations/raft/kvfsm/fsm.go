@@ -17,7 +17,9 @@
 // anything. Applies are committed without an fsync of their own (Txn.NoSync):
 // the raft log is the durable record, and a crash that loses the last
 // applies loses them whole, with their applied index, so the replay redoes
-// exactly them. Snapshot first makes every apply durable (one synced write),
+// exactly them. A batch too large for one kdb transaction commits in
+// several, in order, each with the applied index of its last entry.
+// Snapshot first makes every apply durable (one synced write),
 // so that no snapshot raft records is ahead of the FSM on disk.
 //
 // A snapshot that a leader installs is the exception: raft saves it before
@@ -313,14 +315,20 @@ func (f *FSM) checkGap(applied, next uint64) error {
 func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 
 // ApplyBatch applies the entries in one transaction with the new applied
-// index. The response of each command is nil or its error. Entries at or
+// index, or, when their writes are more than one kdb batch takes
+// (db.MaxBatchSize; raft hands up to MaxAppendEntries commands, each up to
+// the value size the service allows), in transactions committed in order,
+// each with the applied index of its last entry, so that a crash leaves a
+// prefix with its applied index. The response of each command is nil or
+// its error; a put too large for any kdb batch of this store (on a store
+// with a small Options.SegmentSize) is answered with an error wrapping
+// kdb.ErrInvalid and applied as nothing, like a bad command. Entries at or
 // below the applied index are skipped. It panics (raft has no other way to
 // be told, and the node must stop) if the first entry above the applied
 // index leaves a hole after it (see FSM), or if the store fails.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	resp := make([]any, len(logs))
 	applied := f.applied.Load()
-	last := applied
 	for _, l := range logs {
 		if l.Index <= applied {
 			continue
@@ -335,37 +343,84 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	f.mu.RLock()
 	data := dataIndex(f.gen)
 	f.mu.RUnlock()
-	c, err := f.ns.Submit(func(tx *kdb.Txn) error {
-		for i, l := range logs {
-			if l.Index <= applied {
-				continue // applied before a restart or inside a restored snapshot
-			}
-			last = max(last, l.Index)
-			if l.Type != raft.LogCommand {
-				continue
-			}
+	// Decode the commands and cut the entries into chunks of at most half
+	// a kdb batch (an estimate with room: a value kept in the journal
+	// costs its record header besides, see kdb.DB.MaxBatchSize).
+	type cmd struct {
+		i          int // in logs
+		op         byte
+		key, value []byte
+	}
+	type chunk struct {
+		cmds []cmd
+		last uint64 // the applied index once the chunk commits
+	}
+	maxBatch := f.db.MaxBatchSize()
+	limit := maxBatch / 2
+	var chunks []chunk
+	var cur chunk
+	size := 0
+	last := applied
+	for i, l := range logs {
+		if l.Index <= applied {
+			continue // applied before a restart or inside a restored snapshot
+		}
+		last = max(last, l.Index)
+		n := 0
+		var c cmd
+		if l.Type == raft.LogCommand {
 			op, key, value, err := decode(l.Data)
-			if err != nil {
+			switch {
+			case err != nil:
 				resp[i] = err
-				continue
-			}
-			if op == opPut {
-				err = tx.Put(data, key, value)
-			} else {
-				err = tx.Delete(data, key)
-			}
-			if err != nil {
-				resp[i] = err
+			case len(key)+len(value)+96 > maxBatch:
+				resp[i] = fmt.Errorf("kvfsm: entry %d: put of %d bytes, over what one kdb batch of this store takes (%d): nothing applied: %w",
+					l.Index, len(key)+len(value), maxBatch, kdb.ErrInvalid)
+			default:
+				c, n = cmd{i: i, op: op, key: key, value: value}, len(key)+len(value)+96
 			}
 		}
-		if last == applied {
-			return nil
+		if n > 0 && len(cur.cmds) > 0 && size+n > limit {
+			chunks, cur, size = append(chunks, cur), chunk{}, 0
 		}
-		tx.NoSync()
-		return tx.Put(metaIndex, keyApplied, u64(last))
-	})
-	if err == nil {
-		err = c.Wait()
+		if n > 0 {
+			cur.cmds = append(cur.cmds, c)
+			size += n
+		}
+		cur.last = last
+	}
+	if last == applied {
+		return resp
+	}
+	chunks = append(chunks, cur)
+	var commits []*kdb.Commit
+	var err error
+	for _, ch := range chunks {
+		var c *kdb.Commit
+		c, err = f.ns.Submit(func(tx *kdb.Txn) error {
+			for _, c := range ch.cmds {
+				var err error
+				if c.op == opPut {
+					err = tx.Put(data, c.key, c.value)
+				} else {
+					err = tx.Delete(data, c.key)
+				}
+				if err != nil {
+					resp[c.i] = err
+				}
+			}
+			tx.NoSync()
+			return tx.Put(metaIndex, keyApplied, u64(ch.last))
+		})
+		if err != nil {
+			break
+		}
+		commits = append(commits, c)
+	}
+	for _, c := range commits {
+		if werr := c.Wait(); werr != nil && err == nil {
+			err = werr
+		}
 	}
 	if err != nil {
 		// The store failed: nothing more can be applied. raft has no way to
