@@ -429,9 +429,12 @@ func (h *Hook) fitsAlone(key, val int) bool {
 // fsyncs and take effect in submission order) and starts the goroutine
 // that waits for it, as every Commit must be waited for. cost is the sum
 // of opCost of fn's writes; the inflight removals waiting for a commit
-// (h.mu.dels) go first in it, or in a commit of their own before it if
-// both would not fit h.budget. Called with h.mu held, so that submission
-// order is the order of the events. Does not wait for the commit.
+// (h.mu.dels) go first in it, those that do not fit h.budget beside fn in
+// commits of their own before it, each within h.budget (a clean start
+// that drops thousands of a session's inflight messages queues more
+// removals than one commit takes). Called with h.mu held, so that
+// submission order is the order of the events. Does not wait for the
+// commit.
 //
 // The error is the store's failure (the hook fails: Err), errStopped, or
 // errRefused when the store refused fn's writes for their size
@@ -447,20 +450,42 @@ func (h *Hook) submitLocked(noSync bool, cost int, fn func(tx *kdb.Txn) error) (
 	}
 	dels := h.mu.dels
 	h.mu.dels = nil
-	if len(dels) > 0 && fn != nil {
-		dcost := 0
-		for _, k := range dels {
-			dcost += opCost(len(k), 0)
+	for len(dels) > 0 {
+		n, dcost := 0, 0
+		for n < len(dels) && dcost+opCost(len(dels[n]), 0) <= h.budget {
+			dcost += opCost(len(dels[n]), 0)
+			n++
 		}
-		if dcost+cost > h.budget {
-			// The removals in a commit of their own, first.
-			h.mu.dels = dels
-			if _, err := h.submitLocked(true, dcost, nil); err != nil && !errors.Is(err, errRefused) {
+		if n == len(dels) && (fn == nil || dcost+cost <= h.budget) {
+			break // the rest go first in fn's commit
+		}
+		n = max(n, 1)
+		if _, err := h.commitLocked(true, dels[:n], nil); err != nil {
+			if !errors.Is(err, errRefused) {
 				return nil, err
 			}
-			dels = nil
+			// Not expected (each removal is a key, within h.budget):
+			// the records stay, and their messages are sent again
+			// after a restart, as a lost removal's are.
+			h.Log.Error("kdbmqtt: inflight removals refused by the store; not removed", "removals", n, "error", err)
 		}
+		dels = dels[n:]
 	}
+	c, err := h.commitLocked(noSync, dels, fn)
+	if errors.Is(err, errRefused) {
+		// Nothing was written: the removals wait for the next commit.
+		h.mu.dels = append(dels, h.mu.dels...)
+	}
+	return c, err
+}
+
+// commitLocked submits one commit of the removals dels and fn (if not
+// nil), and starts the goroutine that waits for it. The error is the
+// store's failure (the hook fails) or errRefused (the store refused the
+// commit for its size: nothing of it is written).
+//
+// The caller must hold h.mu.
+func (h *Hook) commitLocked(noSync bool, dels [][]byte, fn func(tx *kdb.Txn) error) (*kdb.Commit, error) {
 	c, err := h.ns.Submit(func(tx *kdb.Txn) error {
 		if noSync {
 			tx.NoSync()
@@ -477,8 +502,6 @@ func (h *Hook) submitLocked(noSync bool, cost int, fn func(tx *kdb.Txn) error) (
 	})
 	if err != nil {
 		if errors.Is(err, kdb.ErrInvalid) && h.db.Err() == nil {
-			// Nothing was written: the removals wait for the next commit.
-			h.mu.dels = append(dels, h.mu.dels...)
 			return nil, fmt.Errorf("%w: %w", errRefused, err)
 		}
 		h.fail(err)
