@@ -81,6 +81,15 @@
 // too large (a will of megabytes) refuses its client's CONNACK if the
 // session outlives the connection. Each is logged at warning level.
 //
+// Writes that grow with a session, not with one message, are split into
+// commits that each fit DB.MaxBatchSize, submitted in turn (a crash keeps
+// a prefix of them), the acknowledgement waiting for the last: the
+// subscriptions of one SUBSCRIBE, the removals of one UNSUBSCRIBE or of
+// every subscription of a session that ends (a clean-session disconnect,
+// a clean start over a stored session), the removal of an expired session
+// (its client record last, so that a crash leaves it to expire again), and
+// the inflight removals of a session whose messages are dropped at once.
+//
 // A store that fails (a write or fsync error: the kdb handle fails) makes
 // the hook refuse every acknowledgement that depends on a write from then
 // on: CONNACK of a session that outlives its connection, SUBACK, UNSUBACK,

@@ -517,6 +517,56 @@ func (h *Hook) commitLocked(noSync bool, dels [][]byte, fn func(tx *kdb.Txn) err
 	return c, nil
 }
 
+// kvOp is one write of a commit that submitOpsLocked may split.
+type kvOp struct {
+	index    string
+	key, val []byte
+	del      bool
+}
+
+// submitOpsLocked submits ops, in order, in as many commits as it takes
+// for each to fit h.budget, and returns the last one (commits take effect
+// in submission order: once it is durable, so is every one before it). A
+// crash between them keeps a prefix of ops. It stops at the first error,
+// some commits submitted: the caller refuses the ack that waits for them.
+//
+// The caller must hold h.mu.
+func (h *Hook) submitOpsLocked(noSync bool, ops []kvOp) (*kdb.Commit, error) {
+	var last *kdb.Commit
+	for len(ops) > 0 {
+		n, cost := 0, 0
+		for n < len(ops) {
+			c := opCost(len(ops[n].key), len(ops[n].val))
+			if n > 0 && cost+c > h.budget {
+				break
+			}
+			cost += c
+			n++
+		}
+		part := ops[:n]
+		ops = ops[n:]
+		c, err := h.submitLocked(noSync, cost, func(tx *kdb.Txn) error {
+			for _, o := range part {
+				var err error
+				if o.del {
+					err = tx.Delete(o.index, o.key)
+				} else {
+					err = tx.Put(o.index, o.key, o.val)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		last = c
+	}
+	return last, nil
+}
+
 // refuse closes cl's connection, so that the acknowledgement being written
 // is never sent, and logs why.
 func (h *Hook) refuse(cl *mqtt.Client, err error) {
@@ -726,36 +776,21 @@ func (h *Hook) OnClientExpired(cl *mqtt.Client) {
 		}
 		return it.Err()
 	})
-	key := clientKey(cl.ID)
-	cost := opCost(len(key), 0)
+	// The client record last: a crash between the commits leaves it,
+	// and the session is expired again (with what is left of it).
+	var ops []kvOp
 	for _, k := range subs {
-		cost += opCost(len(k), 0)
+		ops = append(ops, kvOp{index: idxSubs, key: k, del: true})
 	}
 	for pid, f := range fl {
 		if f.pub == nil && !f.unstored {
-			cost += opCost(len(inflightKey(cl.ID, pid)), 0)
+			ops = append(ops, kvOp{index: idxInflight, key: inflightKey(cl.ID, pid), del: true})
 		}
 	}
-	_, err := h.submitLocked(false, cost, func(tx *kdb.Txn) error {
-		if err := tx.Delete(idxClients, key); err != nil {
-			return err
-		}
-		for _, k := range subs {
-			if err := tx.Delete(idxSubs, k); err != nil {
-				return err
-			}
-		}
-		for pid, f := range fl {
-			if f.pub == nil && !f.unstored {
-				if err := tx.Delete(idxInflight, inflightKey(cl.ID, pid)); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
+	ops = append(ops, kvOp{index: idxClients, key: clientKey(cl.ID), del: true})
+	_, err := h.submitOpsLocked(false, ops)
 	if errors.Is(err, errRefused) {
-		h.Log.Warn("kdbmqtt: an expired session's removal is too large for one commit; it is expired again at the next start", "client", cl.ID, "error", err)
+		h.Log.Error("kdbmqtt: an expired session's removal refused by the store; it is expired again after the next start", "client", cl.ID, "error", err)
 	}
 	for _, f := range fl {
 		f.pub = nil // a fan-out still gathering it will find it gone
@@ -764,8 +799,7 @@ func (h *Hook) OnClientExpired(cl *mqtt.Client) {
 
 // OnSubscribed stores the subscriptions granted, before the SUBACK.
 func (h *Hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []byte) {
-	type rec struct{ key, val []byte }
-	var recs []rec
+	var ops []kvOp
 	for i, f := range pk.Filters {
 		if i >= len(reasonCodes) || reasonCodes[i] > 2 {
 			continue // refused
@@ -781,25 +815,14 @@ func (h *Hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []by
 			RetainHandling:    f.RetainHandling,
 			RetainAsPublished: f.RetainAsPublished,
 		}
-		recs = append(recs, rec{subKey(cl.ID, f.Filter), marshal(s)})
+		ops = append(ops, kvOp{index: idxSubs, key: subKey(cl.ID, f.Filter), val: marshal(s)})
 	}
-	if len(recs) == 0 {
+	if len(ops) == 0 {
 		return
-	}
-	cost := 0
-	for _, r := range recs {
-		cost += opCost(len(r.key), len(r.val))
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c, err := h.submitLocked(false, cost, func(tx *kdb.Txn) error {
-		for _, r := range recs {
-			if err := tx.Put(idxSubs, r.key, r.val); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	c, err := h.submitOpsLocked(false, ops)
 	h.setLast(cl.ID, c, err)
 }
 
@@ -808,24 +831,13 @@ func (h *Hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	if len(pk.Filters) == 0 {
 		return
 	}
-	keys := make([][]byte, len(pk.Filters))
+	ops := make([]kvOp, len(pk.Filters))
 	for i, f := range pk.Filters {
-		keys[i] = subKey(cl.ID, f.Filter)
-	}
-	cost := 0
-	for _, k := range keys {
-		cost += opCost(len(k), 0)
+		ops[i] = kvOp{index: idxSubs, key: subKey(cl.ID, f.Filter), del: true}
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c, err := h.submitLocked(false, cost, func(tx *kdb.Txn) error {
-		for _, k := range keys {
-			if err := tx.Delete(idxSubs, k); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
+	c, err := h.submitOpsLocked(false, ops)
 	h.setLast(cl.ID, c, err)
 }
 
