@@ -155,7 +155,12 @@
 // counts from the broker's start, not from the disconnect: mochi's stored
 // client has no disconnect time, so the time the broker was down does not
 // count); an expired session's subscriptions and inflight
-// messages are removed with it; removing a retained message that was not
+// messages are removed with it; subscriptions and inflight messages of a
+// client with no stored session (a session that ended with its connection
+// when the process was killed: mochi ends it at the start before it loads
+// them) are removed at the start, not handed to the server, which would
+// put the subscriptions in its topic tree for any later client of that ID;
+// removing a retained message that was not
 // there writes a removal, not an empty retained message; a resumed
 // session keeps its inflight records (mochi moves the messages to the new
 // client and reports them dropped from the old one: OnQosDropped on a

@@ -77,6 +77,13 @@ type Hook struct {
 		// carries them (first), or a timer within delFlush.
 		dels     [][]byte
 		delTimer bool
+		// ended holds the client keys of the sessions OnDisconnect ended
+		// (their client record removed) before StoredInflightMessages: at
+		// a start mochi loads the clients and ends those whose session
+		// ends with its connection before it loads their subscriptions
+		// and inflight messages, which the hook then removes instead
+		// (orphan). nil from StoredInflightMessages or OnStarted on.
+		ended map[string]bool
 	}
 
 	// loaded at Init, handed out by the Stored* events and OnStarted.
@@ -192,6 +199,7 @@ func (h *Hook) Init(config any) error {
 	h.mu.flights = map[string]map[uint16]*flight{}
 	h.mu.active = map[string]*publish{}
 	h.mu.open = map[string]*publish{}
+	h.mu.ended = map[string]bool{}
 	h.replayed = make(chan struct{})
 	if err := h.load(); err != nil {
 		return err
@@ -754,6 +762,9 @@ func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 	key := clientKey(cl.ID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.mu.ended != nil {
+		h.mu.ended[string(key)] = true
+	}
 	// Not synced: if lost, the server expires the session again at load.
 	_, _ = h.submitLocked(true, opCost(len(key), 0), func(tx *kdb.Txn) error { return tx.Delete(idxClients, key) })
 }
@@ -1464,6 +1475,9 @@ func (h *Hook) release(cl *mqtt.Client, pid uint16) {
 // publisher sent them (not retained: the retained copy was stored before
 // the ack).
 func (h *Hook) OnStarted() {
+	h.mu.Lock()
+	h.mu.ended = nil
+	h.mu.Unlock()
 	pend := h.replay
 	h.replay = nil
 	if len(pend) == 0 {
@@ -1513,11 +1527,16 @@ func (h *Hook) StoredClients() ([]storage.Client, error) {
 // StoredSubscriptions returns the stored subscriptions.
 func (h *Hook) StoredSubscriptions() ([]storage.Subscription, error) {
 	var out []storage.Subscription
+	var orphans [][]byte
 	err := h.ns.View(func(s *kdb.Snapshot) error {
 		if n, err := s.Len(idxSubs); err == nil {
 			out = make([]storage.Subscription, 0, n) // sized once, not regrown (and copied) ~20 times for 100,000
 		}
 		return h.scan(s, idxSubs, func(k, v []byte) error {
+			if i := bytes.IndexByte(k, 0); i > 0 && h.orphan(s, k[:i]) {
+				orphans = append(orphans, bytes.Clone(k))
+				return nil
+			}
 			sub, err := decodeSub(v)
 			if err != nil {
 				return err
@@ -1526,7 +1545,49 @@ func (h *Hook) StoredSubscriptions() ([]storage.Subscription, error) {
 			return nil
 		})
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	h.dropOrphans(idxSubs, orphans)
+	return out, nil
+}
+
+// orphan reports whether a record of client key ck (a subscription, an
+// inflight message) belongs to no session: its client record is not
+// stored, or OnDisconnect ended its session during this start. mochi puts
+// every subscription it is handed in its topic tree, client or not, so
+// that a later client with that ID would get messages it never subscribed
+// to.
+func (h *Hook) orphan(s *kdb.Snapshot, ck []byte) bool {
+	h.mu.Lock()
+	ended := h.mu.ended[string(ck)]
+	h.mu.Unlock()
+	if ended {
+		return true
+	}
+	_, err := s.Get(idxClients, ck)
+	return errors.Is(err, kdb.ErrNotFound)
+}
+
+// dropOrphans removes the records of index that belong to no session
+// (orphan), in commits within h.budget (not synced: one left by a crash
+// is removed at the next start).
+func (h *Hook) dropOrphans(index string, keys [][]byte) {
+	if len(keys) == 0 {
+		return
+	}
+	ops := make([]kvOp, len(keys))
+	for i, k := range keys {
+		ops[i] = kvOp{index: index, key: k, del: true}
+	}
+	h.mu.Lock()
+	_, err := h.submitOpsLocked(true, ops)
+	h.mu.Unlock()
+	if err != nil {
+		h.Log.Error("kdbmqtt: removing the records of ended sessions failed", "index", Namespace+"/"+index, "records", len(keys), "error", err)
+		return
+	}
+	h.Log.Info("kdbmqtt: removed the records of sessions that had ended", "index", Namespace+"/"+index, "records", len(keys))
 }
 
 // StoredRetainedMessages returns the stored retained messages.
@@ -1555,10 +1616,38 @@ func (h *Hook) StoredRetainedMessages() ([]storage.Message, error) {
 	return out, err
 }
 
-// StoredInflightMessages returns the inflight messages read at Init.
+// StoredInflightMessages returns the inflight messages read at Init, less
+// those of no session (orphan), which it removes.
 func (h *Hook) StoredInflightMessages() ([]storage.Message, error) {
-	out := h.loadedInflight
+	in := h.loadedInflight
 	h.loadedInflight = nil
+	out := in[:0]
+	var orphans [][]byte
+	err := h.ns.View(func(s *kdb.Snapshot) error {
+		for _, m := range in {
+			if h.orphan(s, clientKey(m.Client)) {
+				orphans = append(orphans, inflightKey(m.Client, m.PacketID))
+				h.mu.Lock()
+				if fl := h.mu.flights[m.Client]; fl != nil && fl[m.PacketID] != nil && fl[m.PacketID].commit == nil && fl[m.PacketID].pub == nil {
+					delete(fl, m.PacketID) // the loaded record's, not rewritten since
+					if len(fl) == 0 {
+						delete(h.mu.flights, m.Client)
+					}
+				}
+				h.mu.Unlock()
+				continue
+			}
+			out = append(out, m)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	h.mu.Lock()
+	h.mu.ended = nil
+	h.mu.Unlock()
+	h.dropOrphans(idxInflight, orphans)
 	return out, nil
 }
 

@@ -47,6 +47,7 @@ func TestMut_StoredSubscriptionsSkipsBadRecords(t *testing.T) {
 		return marshal(storage.Subscription{ID: client + ":" + filter, T: storage.SubscriptionKey, Client: client, Filter: filter, Qos: qos})
 	}
 	b := ns.NewBatch()
+	b.Put(idxClients, clientKey("c"), marshal(&storage.Client{ID: "c", T: storage.ClientKey})) // a session's subscriptions only are handed out
 	b.Put(idxSubs, subKey("c", "a/1"), sub("c", "a/1", 2))
 	b.Put(idxSubs, subKey("c", "a/2"), sub("c", "a/2", 3))
 	b.Put(idxSubs, subKey("c", "a/3"), sub("", "a/3", 1))
@@ -257,6 +258,11 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 // restart does not give the client a subscription it was refused.
 func TestMut_RefusedSubscriptionsAreNotStored(t *testing.T) {
 	db, ns := memStore(t)
+	b := ns.NewBatch()
+	b.Put(idxClients, clientKey("c"), marshal(&storage.Client{ID: "c", T: storage.ClientKey})) // a session's subscriptions only are handed out
+	if err := db.Write(b); err != nil {
+		t.Fatal(err)
+	}
 	h := initTestHook(t, db)
 	cl := h.srv.NewClient(nil, "test", "c", false)
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Subscribe}, PacketID: 1,
