@@ -303,12 +303,14 @@ func populated(b testing.TB, k brokerKind) string {
 			pub := srv.NewClient(nil, "tcp", fmt.Sprintf("retainer-%d", w), false)
 			payload := make([]byte, 64)
 			for i := w; i < restartRetained; i += workers {
-				h.OnRetainMessage(pub, packets.Packet{
+				pk := packets.Packet{
 					FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true},
 					TopicName:   fmt.Sprintf("r/%d", i),
 					Payload:     payload,
 					Created:     time.Now().Unix(),
-				}, 1)
+				}
+				srv.Topics.RetainMessage(pk.Copy(false)) // mochi's update before the event: the hook stores the server's retained message
+				h.OnRetainMessage(pub, pk, 1)
 			}
 		}()
 	}

@@ -25,8 +25,10 @@
 //
 //   - OnPublish (before the ack) stores the message as a pending publish
 //     (index "pub"), with the PUBREC state of its packet ID for QoS 2;
-//     OnRetainMessage stores or removes the retained copy; the PUBACK or
-//     PUBREC waits for both.
+//     OnRetainMessage stores or removes the retained copy (the server's
+//     retained message of the topic as it is at the event: mochi's
+//     updates and events of two publishers can come in other orders); the
+//     PUBACK or PUBREC waits for both.
 //   - The subscribers' inflight copies (OnQosPublish during the fan-out) are
 //     gathered and committed at OnPublished in one transaction that also
 //     removes the pending publish: after a crash either the pending publish

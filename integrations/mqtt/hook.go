@@ -854,16 +854,39 @@ func (h *Hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 
 // OnRetainMessage stores (r 1) or removes a retained message, before the
 // publisher's ack.
+//
+// mochi updates its retained message (Topics.RetainMessage), then calls
+// this event, and nothing orders two publishers' calls as their updates:
+// a clear and a set of one topic at once could be stored in the other
+// order, and a restart would then load a message cleared, or lose one
+// retained. So the hook stores the server's retained message of the topic
+// as it is when the call comes, under h.mu: pk's, or that of an update
+// that came after it (whose own call stores the same again). The last
+// call, after every update, stores the last state.
 func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 	key := retainedKey(pk.TopicName)
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	var val []byte
-	if r == 1 {
+	cur, ok := h.srv.Topics.Retained.Get(pk.TopicName)
+	switch {
+	case !ok || len(cur.Payload) == 0:
+		// Cleared (by pk, or by an update after it).
+	case r == 1 && cur.Origin == pk.Origin && cur.Created == pk.Created && bytes.Equal(cur.Payload, pk.Payload):
 		m := messageOf(storage.RetainedKey, cl.ID, pk)
 		m.FixedHeader.Dup = false
 		val = encodeMessage(&m)
+	default:
+		// Set by an update after pk, or pk cleared a message another
+		// update set again: store that one.
+		client := cur.Origin
+		if client == "" {
+			client = cl.ID
+		}
+		m := messageOf(storage.RetainedKey, client, cur)
+		m.FixedHeader.Dup = false
+		val = encodeMessage(&m)
 	}
-	h.mu.Lock()
-	defer h.mu.Unlock()
 	c, err := h.submitLocked(false, opCost(len(key), len(val)), func(tx *kdb.Txn) error {
 		if val == nil {
 			return tx.Delete(idxRetained, key)

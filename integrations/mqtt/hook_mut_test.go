@@ -380,6 +380,7 @@ func TestMut_RetainedStoredWithoutDup(t *testing.T) {
 	cl := h.srv.NewClient(nil, "test", "pub", false)
 	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true, Dup: true},
 		TopicName: "r/1", Payload: []byte("v"), PacketID: 3}
+	h.srv.Topics.RetainMessage(pk.Copy(false)) // mochi's update before the event
 	h.OnRetainMessage(cl, pk, 1)
 	var got []storage.Message
 	waitFor(t, "the retained message", func() bool {

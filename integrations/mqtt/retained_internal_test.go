@@ -1,6 +1,7 @@
 package kdbmqtt
 
 import (
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -70,4 +71,54 @@ func initTestHook(t *testing.T, db *kdb.DB) *Hook {
 		t.Fatal(err)
 	}
 	return h
+}
+
+// mochi updates its retained message, then calls OnRetainMessage, and two
+// publishers' calls can come in the other order than their updates. The
+// store ends as the server's retained message, whatever the order of the
+// calls: a set overtaken by a clear, and a clear overtaken by a set.
+func TestHook_RetainedStoresTheServersLastState(t *testing.T) {
+	set := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true},
+		TopicName: "r", Payload: []byte("set"), Origin: "setter", Created: 1}
+	clear := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true},
+		TopicName: "r", Origin: "clearer", Created: 2}
+	for _, tc := range []struct {
+		name    string
+		updates []packets.Packet // mochi's Topics.RetainMessage, in this order
+		want    string           // the payload the server and the store retain
+	}{
+		{"set, then clear", []packets.Packet{set, clear}, ""},
+		{"clear, then set", []packets.Packet{clear, set}, "set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, ns := memStore(t)
+			h := initTestHook(t, db)
+			rs := make([]int64, len(tc.updates))
+			for i, pk := range tc.updates {
+				rs[i] = h.srv.Topics.RetainMessage(pk.Copy(false))
+			}
+			for i := len(tc.updates) - 1; i >= 0; i-- { // the hook's calls in the other order
+				pk := tc.updates[i]
+				h.OnRetainMessage(h.srv.NewClient(nil, "test", pk.Origin, false), pk, rs[i])
+			}
+			if err := h.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			var got string
+			switch v, err := ns.Get(idxRetained, retainedKey("r")); {
+			case errors.Is(err, kdb.ErrNotFound):
+			case err != nil:
+				t.Fatal(err)
+			default:
+				m, err := decodeMessage(v, "retained")
+				if err != nil {
+					t.Fatal(err)
+				}
+				got = string(m.Payload)
+			}
+			if got != tc.want {
+				t.Errorf("the store retains %q, the server %q", got, tc.want)
+			}
+		})
+	}
 }
