@@ -147,7 +147,9 @@
 // A stored record that does not decode, lacks what the server needs, or
 // whose value kdb cannot read (kdb.ErrCorrupt) is logged at error level
 // ("kdbmqtt: skipping a malformed stored record", with its index and key)
-// and skipped; the server starts with the others.
+// and skipped; the server starts with the others. The subscriptions of a
+// client record skipped so are skipped too (and stay stored): mochi would
+// put them in its topic tree with no session.
 //
 // # What differs from mochi's own hooks
 //

@@ -84,6 +84,11 @@ type Hook struct {
 		// and inflight messages, which the hook then removes instead
 		// (orphan). nil from StoredInflightMessages or OnStarted on.
 		ended map[string]bool
+		// badClients holds the keys of the client records StoredClients
+		// skipped (malformed, damaged): their subscriptions are not handed
+		// out either (mochi would put them in its topic tree with no
+		// session), but stay stored.
+		badClients map[string]bool
 	}
 
 	// loaded at Init, handed out by the Stored* events and OnStarted.
@@ -360,6 +365,14 @@ func (h *Hook) scan(s *kdb.Snapshot, index string, fn func(k, v []byte) error) e
 
 func (h *Hook) skip(index string, key []byte, err error) {
 	h.skipped.Add(1)
+	if index == idxClients {
+		h.mu.Lock()
+		if h.mu.badClients == nil {
+			h.mu.badClients = map[string]bool{}
+		}
+		h.mu.badClients[string(key)] = true
+		h.mu.Unlock()
+	}
 	h.Log.Error("kdbmqtt: skipping a malformed stored record", "index", Namespace+"/"+index, "key", string(key), "error", err)
 }
 
@@ -1559,6 +1572,8 @@ func (h *Hook) StoredSubscriptions() ([]storage.Subscription, error) {
 			if i := bytes.IndexByte(k, 0); i > 0 && h.orphan(s, k[:i]) {
 				orphans = append(orphans, bytes.Clone(k))
 				return nil
+			} else if i > 0 && h.badClient(k[:i]) {
+				return fmt.Errorf("%w: a subscription of client record %q, which was skipped", errMalformed, k[:i])
 			}
 			sub, err := decodeSub(v)
 			if err != nil {
@@ -1590,6 +1605,14 @@ func (h *Hook) orphan(s *kdb.Snapshot, ck []byte) bool {
 	}
 	_, err := s.Get(idxClients, ck)
 	return errors.Is(err, kdb.ErrNotFound)
+}
+
+// badClient reports whether StoredClients skipped the record of client
+// key ck.
+func (h *Hook) badClient(ck []byte) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.mu.badClients[string(ck)]
 }
 
 // dropOrphans removes the records of index that belong to no session

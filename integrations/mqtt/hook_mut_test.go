@@ -392,3 +392,47 @@ func TestMut_RetainedStoredWithoutDup(t *testing.T) {
 		t.Fatalf("retained: %+v; want r/1, retain set, dup clear", got)
 	}
 }
+
+// A session whose client record is skipped at load (malformed or damaged)
+// is not handed to the server, and neither are its subscriptions: mochi
+// would put them in its topic tree with no session, and a later client of
+// that ID, told no session was present, would get messages on them. They
+// stay stored (skipped and counted), for a repair.
+func TestHook_SubscriptionsOfASkippedClientNotHandedOut(t *testing.T) {
+	db, ns := memStore(t)
+	sub := func(client, filter string) []byte {
+		return marshal(storage.Subscription{ID: client + ":" + filter, T: storage.SubscriptionKey, Client: client, Filter: filter, Qos: 1})
+	}
+	b := ns.NewBatch()
+	b.Put(idxClients, clientKey("bad"), []byte("not json"))
+	b.Put(idxSubs, subKey("bad", "x/#"), sub("bad", "x/#"))
+	b.Put(idxClients, clientKey("good"), marshal(&storage.Client{ID: "good", T: storage.ClientKey}))
+	b.Put(idxSubs, subKey("good", "y/#"), sub("good", "y/#"))
+	if err := db.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	h := initTestHook(t, db)
+	clients, err := h.StoredClients()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(clients) != 1 || clients[0].ID != "good" {
+		t.Fatalf("clients: %+v; want good alone", clients)
+	}
+	subs, err := h.StoredSubscriptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(subs) != 1 || subs[0].Client != "good" {
+		t.Fatalf("subscriptions: %+v; want good's alone", subs)
+	}
+	if n := h.Skipped(); n != 2 {
+		t.Errorf("skipped %d records, want 2 (the client record and its subscription)", n)
+	}
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Get(idxSubs, subKey("bad", "x/#")); err != nil {
+		t.Errorf("the subscription of the skipped client record is gone: %v", err)
+	}
+}
