@@ -878,6 +878,12 @@ func (h *Hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 // call, after every update, stores the last state.
 func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 	key := retainedKey(pk.TopicName)
+	var own []byte // pk's record, encoded before the lock is taken
+	if r == 1 {
+		m := messageOf(storage.RetainedKey, cl.ID, pk)
+		m.FixedHeader.Dup = false
+		own = encodeMessage(&m)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var val []byte
@@ -885,10 +891,8 @@ func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 	switch {
 	case !ok || len(cur.Payload) == 0:
 		// Cleared (by pk, or by an update after it).
-	case r == 1 && cur.Origin == pk.Origin && cur.Created == pk.Created && bytes.Equal(cur.Payload, pk.Payload):
-		m := messageOf(storage.RetainedKey, cl.ID, pk)
-		m.FixedHeader.Dup = false
-		val = encodeMessage(&m)
+	case own != nil && cur.Origin == pk.Origin && cur.Created == pk.Created && bytes.Equal(cur.Payload, pk.Payload):
+		val = own
 	default:
 		// Set by an update after pk, or pk cleared a message another
 		// update set again: store that one.
