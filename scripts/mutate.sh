@@ -142,7 +142,7 @@ m sync-ignores-taken-deferred deferred.go \
   'case !older:' 'case true:' \
   '. ./broker' "Sync does not wait for the deferred transactions a writer or the timer took before it: it can return before their batch reaches the journal"
 m defer-dropped-with-failed-host ordered.go \
-  'db.requeueDeferred(tx.unfolded())' '_ = tx.unfolded()' \
+  $'if err != nil {\n\t\tdb.requeueDeferred(tx.unfolded())' $'if err != nil {\n\t\t_ = tx.unfolded()' \
   '. ./broker' "a deferred transaction that joined a failing transaction is dropped, not run with the next one (an AckAsync is lost in a live process)"
 m defer-not-before-update txn.go \
   'if fns := db.takeDeferred(); len(fns) > 0 {' 'if fns := db.takeDeferred(); len(fns) > 0 && false {' \
@@ -194,7 +194,7 @@ for entry in "${MUTATIONS[@]}"; do
   caught=no
   by=-
   # shellcheck disable=SC2086
-  if ! (cd "$scratch" && go test -short -failfast -count=1 -tags kdb_invariants -timeout 10m $pkgs) >"$log" 2>&1; then
+  if ! (cd "$scratch" && go test -short -failfast -count=1 -tags kdb_invariants -timeout 4m $pkgs) >"$log" 2>&1; then
     caught=yes
   elif ! (cd "$scratch" && go test -failfast -count=1 -tags kdb_invariants -timeout 15m -run "$campaign" .) >>"$log" 2>&1; then
     caught=yes
