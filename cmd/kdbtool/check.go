@@ -121,6 +121,10 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 	} else if err := checkIndex(dir, in.FreeList.LiedPages > 0, out, stderr); err != nil {
 		out.Problems = append(out.Problems, readProblem("index", err))
 		note("index", err)
+	} else if r := out.Index; r != nil && r.DamagedPages > 0 {
+		out.Problems = append(out.Problems, problem{"warning", "index", fmt.Sprintf(
+			"%d damaged pages that no tree reaches (first page %d: %s): nothing of the index is lost (free pages damaged on disk, set aside); kdbtool repair --apply (or recover --force-scan) frees them for reuse",
+			r.DamagedPages, r.FirstDamagedPage, r.DamagedReason)})
 	}
 	if in.jerr != nil {
 		note("journal", in.jerr)

@@ -170,6 +170,9 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	if !short && (in.raw.TrustedFile != "db.free" || in.raw.Lies > 0) {
 		why := in.raw.Reason
 		switch {
+		case in.raw.Lies > 0 && in.raw.DamagedLies == in.raw.Lies:
+			why = fmt.Sprintf("%s lists %d damaged pages, the first %v, which the scan frees again if no tree reaches them; kdbtool recover --force-scan does the same",
+				in.raw.TrustedFile, in.raw.Lies, in.raw.FirstLie)
 		case in.raw.Lies > 0:
 			why = fmt.Sprintf("%s lists %d pages in use as free, the first %v; kdbtool recover --force-scan does the same",
 				in.raw.TrustedFile, in.raw.Lies, in.raw.FirstLie)
@@ -178,6 +181,11 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		}
 		out.Actions = append(out.Actions, repairAction{actRebuildFreeList,
 			"rebuild the free list by a scan of every page header and write a matching db.free (" + why + ")"})
+	}
+	if len(out.Actions) == 0 && !short && chk.Index != nil && chk.Index.DamagedPages > 0 {
+		out.Actions = append(out.Actions, repairAction{actRebuildFreeList, fmt.Sprintf(
+			"rebuild the free list by a scan of every page header and write a matching db.free (%d damaged pages no tree reaches, the first page %d, are set aside; the scan frees them for reuse)",
+			chk.Index.DamagedPages, chk.Index.FirstDamagedPage)})
 	}
 	out.Actions = append(out.Actions, moved...)
 	if in.Redo.WouldApply {
