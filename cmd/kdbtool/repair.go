@@ -241,6 +241,9 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 			" (the store opens as it is: the damaged records' changes are in db.data, but a key whose value the index keeps"+
 			" in them reads as ErrCorrupt, and export stops at it; delete or rewrite such keys (export names them one at a"+
 			" time) and export and import into a new store, or restore from a backup; recover --skip-damaged changes nothing here)")
+	case in.jerr != nil && errors.Is(in.jerr, vfs.ErrNotRegular):
+		out.Unfixable = append(out.Unfixable, "the journal is damaged: "+in.jerr.Error()+
+			" (once it is moved out, the segment is missing: kdbtool recover --skip-damaged then opens the store accepting the loss)")
 	case in.jerr != nil:
 		out.Unfixable = append(out.Unfixable, "the journal is damaged before its tail: "+in.jerr.Error()+
 			" (kdbtool recover --skip-damaged opens the store accepting the loss)")
