@@ -233,3 +233,19 @@ func TestExitCodes_SegmentNotRegular(t *testing.T) {
 		})
 	}
 }
+
+// TestRecover_JSONWhenCloseFails: recover --json prints one JSON document
+// with the error when the store opened but its closing checkpoint failed
+// (here db.free.tmp is a directory, so db.free cannot be written), as it
+// does when the open fails; it printed nothing on stdout, and exit 3.
+func TestRecover_JSONWhenCloseFails(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 100)
+	if err := os.Mkdir(filepath.Join(dir, "db.free.tmp"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runTool(t, "recover", "--json", "--force-scan", dir)
+	if code != exitIO || !strings.Contains(out, `"error"`) || !strings.Contains(out, "db.free.tmp") {
+		t.Errorf("recover --json: exit %d, want 3 and a JSON error naming db.free.tmp on stdout:\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+}
