@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 
@@ -154,7 +155,9 @@ const importTempInfix = ".import-"
 // imported store. On return (nil) the store at dir is durable (Close's
 // checkpoint syncs it under every Options.Sync). An existing empty dir is
 // removed just before the rename, and the new directory takes its place
-// (with its own mode).
+// (with its own mode). A dir that is a symbolic link (on the OS file
+// system) stands for the directory it points to, which gets the store (the
+// link stays); a link to nothing is ErrInvalid.
 //
 // A damaged or truncated snapshot is ErrCorrupt; on any error the
 // temporary directory is removed and dir is left as it was. Before it
@@ -174,6 +177,20 @@ func Import(dir string, r io.Reader, opts *Options) (*ExportReport, error) {
 	dir = filepath.Clean(dir)
 	if b := filepath.Base(dir); b == "." || b == ".." || b == string(filepath.Separator) {
 		return nil, fmt.Errorf("%w: Import: %s: name a new directory (or an empty one by its name)", ErrInvalid, dir)
+	}
+	if fsys == vfs.OS {
+		// A symbolic link names the directory it points to (a store on
+		// another disk): the store is built beside that directory and
+		// renamed into it, and the link stays. Taken as the name itself,
+		// the link was removed as if it were the empty directory, and the
+		// store landed beside it, on the link's file system.
+		if st, err := os.Lstat(dir); err == nil && st.Mode()&os.ModeSymlink != 0 {
+			real, err := filepath.EvalSymlinks(dir)
+			if err != nil {
+				return nil, fmt.Errorf("%w: Import: %s is a symbolic link to nothing (%v): name a new directory, or make the one it names", ErrInvalid, dir, err)
+			}
+			dir = real
+		}
 	}
 	if err := importTarget(fsys, dir); err != nil {
 		return nil, err

@@ -12,17 +12,26 @@ import (
 
 // CheckReport describes what Check found.
 type CheckReport struct {
-	Trees          int     // trees in the catalog
-	Keys           uint64  // keys in all trees
-	PageCount      uint64  // the page file's PageCount
-	ReachablePages uint64  // pages reachable from the index root: root page, pending chain, catalog, trees, overflow chains
-	FreePages      uint64  // pages in the page file's free list
-	PendingPages   uint64  // pages replaced or dropped but still visible to running Views (or pending at the last checkpoint)
-	BranchPages    uint64  // branch nodes, catalog included
-	LeafPages      uint64  // leaf nodes, catalog included
-	OverflowPages  uint64  // overflow chain pages
-	Depth          int     // largest tree depth (1 = a root leaf; catalog included)
-	LeafFill       float64 // average fraction of a leaf payload in use
+	Trees          int    // trees in the catalog
+	Keys           uint64 // keys in all trees
+	PageCount      uint64 // the page file's PageCount
+	ReachablePages uint64 // pages reachable from the index root: root page, pending chain, catalog, trees, overflow chains
+	FreePages      uint64 // pages in the page file's free list
+	// DamagedPages counts the pages that are neither reachable nor free
+	// and fail their checksum (or ID): no tree reaches them, so they hold
+	// nothing of the index; a free page damaged on disk, which a free-list
+	// scan or proof sets aside (a writable open's scan frees it again).
+	// They are not problems. FirstDamaged is the first (0: none), and
+	// DamagedReason why it fails.
+	DamagedPages  uint64
+	FirstDamaged  pagefile.PageID
+	DamagedReason string
+	PendingPages  uint64  // pages replaced or dropped but still visible to running Views (or pending at the last checkpoint)
+	BranchPages   uint64  // branch nodes, catalog included
+	LeafPages     uint64  // leaf nodes, catalog included
+	OverflowPages uint64  // overflow chain pages
+	Depth         int     // largest tree depth (1 = a root leaf; catalog included)
+	LeafFill      float64 // average fraction of a leaf payload in use
 }
 
 // maxProblems bounds the problems a Check error lists.
@@ -62,9 +71,19 @@ func (s *Store) CheckProgress(progress func(pages uint64)) (*CheckReport, error)
 		}
 	}
 	for i, o := range c.owner {
-		if o == 0 {
-			c.problem(fmt.Errorf("%w: %s is neither reachable nor free (leaked)", ErrCorrupt, pagefile.FirstDataPage+pagefile.PageID(i)))
+		if o != 0 {
+			continue
 		}
+		id := pagefile.FirstDataPage + pagefile.PageID(i)
+		if _, _, err := c.s.pf.Read(id); errors.Is(err, pagefile.ErrCorrupt) {
+			// Damaged, and no tree reaches it: set aside, not leaked.
+			if c.rep.DamagedPages == 0 {
+				c.rep.FirstDamaged, c.rep.DamagedReason = id, err.Error()
+			}
+			c.rep.DamagedPages++
+			continue
+		}
+		c.problem(fmt.Errorf("%w: %s is neither reachable nor free (leaked)", ErrCorrupt, id))
 	}
 	if c.leafBytes > 0 {
 		c.rep.LeafFill = float64(c.leafUsed) / float64(c.leafBytes)

@@ -10,6 +10,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // Open opens the journal in dir, creating dir and the first segment if
@@ -337,6 +339,12 @@ func (d *deliverer) checkFrom(segs []*segment, skipDamaged bool) error {
 func (j *Journal) openFile(id SegmentID) (*segment, error) {
 	name := j.path(id)
 	f, err := j.opts.FS.OpenFile(name, j.openFlag(), 0)
+	if errors.Is(err, vfs.ErrNotRegular) {
+		// A directory or a FIFO under a segment's name holds nothing of
+		// the journal: damage, as a db.data or db.redo that is not a
+		// regular file is (not an I/O error worth retrying).
+		return nil, fmt.Errorf("%w: %s: not a regular file (%w): move it out of the store's directory", ErrCorrupt, id, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("journal: open %s: %w", id, err)
 	}

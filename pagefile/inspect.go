@@ -44,6 +44,11 @@ type Inspection struct {
 	Lies      uint64
 	FirstLie  PageID
 	LieReason string
+	// DamagedLies counts those of Lies whose image is damaged (checksum
+	// or ID mismatch: ErrCorrupt) rather than holding another page: the
+	// list may be right about them, and only the index can tell (a page
+	// no tree reaches holds nothing).
+	DamagedLies uint64
 }
 
 // SlotInfo describes one meta slot.
@@ -152,6 +157,9 @@ func Inspect(fsys vfs.FS, dir string) (*Inspection, error) {
 						in.FirstLie, in.LieReason = id, err.Error()
 					}
 					in.Lies++
+					if errors.Is(err, ErrCorrupt) {
+						in.DamagedLies++
+					}
 				}
 			}
 			return true

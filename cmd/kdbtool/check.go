@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/journal"
+	"github.com/kdb-project/kdb/pagefile"
 )
 
 func init() {
@@ -73,7 +75,15 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 // db.data cannot be read at all; ioErr is the first error that was not
 // about damaged bytes (the check is then incomplete: exit 3).
 func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
-	if lost, why := dataLost(dir); lost {
+	in, err := (*inspectOut)(nil), error(nil)
+	lost, why := dataLost(dir)
+	if !lost {
+		in, err = inspectStore(dir)
+		// A db.data whose header or meta slots cannot be read is, for
+		// repair, as good as lost.
+		lost, why = errors.Is(err, pagefile.ErrCorrupt), err
+	}
+	if lost {
 		// Say what repair could do: rebuild db.data from a journal that
 		// still begins at db-1.log, else nothing.
 		r, err := repairLostData(dir, false, true, why, nil, stderr)
@@ -92,7 +102,6 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 		out := &checkOut{Dir: dir, Problems: append([]problem{{"error", "pagefile", msg}}, r.Problems[1:]...)}
 		return out, nil
 	}
-	in, err := inspectStore(dir)
 	if err != nil {
 		if !isCorrupt(err) {
 			return nil, err
@@ -112,6 +121,10 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 	} else if err := checkIndex(dir, in.FreeList.LiedPages > 0, out, stderr); err != nil {
 		out.Problems = append(out.Problems, readProblem("index", err))
 		note("index", err)
+	} else if r := out.Index; r != nil && r.DamagedPages > 0 {
+		out.Problems = append(out.Problems, problem{"warning", "index", fmt.Sprintf(
+			"%d damaged pages that no tree reaches (first page %d: %s): nothing of the index is lost (free pages damaged on disk, set aside); kdbtool repair --apply (or recover --force-scan) frees them for reuse",
+			r.DamagedPages, r.FirstDamagedPage, r.DamagedReason)})
 	}
 	if in.jerr != nil {
 		note("journal", in.jerr)

@@ -139,6 +139,16 @@ func TestDamage_Stores(t *testing.T) {
 			if fmt.Sprint(acts) != fmt.Sprint(c.repair) {
 				t.Errorf("repair dry run: actions %v, want %v", acts, c.repair)
 			}
+			// The advice names what helps: for damage before the replay
+			// position the store opens as it is, and recover
+			// --skip-damaged (which only skips what replay would read)
+			// changes nothing.
+			if c.name == "damaged record before the replay position" {
+				u := jsonString(m["unfixable"])
+				if !strings.Contains(u, "the store opens as it is") || strings.Contains(u, "skip-damaged opens the store") {
+					t.Errorf("repair dry run: unfixable %q: want the advice for damage before the replay position", u)
+				}
+			}
 			wantDry := 0
 			if len(c.repair) > 0 || c.check != 0 {
 				wantDry = 1

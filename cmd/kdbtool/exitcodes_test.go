@@ -189,3 +189,63 @@ func TestRepair_ShortDataFile(t *testing.T) {
 		t.Errorf("check after the rebuild: exit %d\n%s", code, out)
 	}
 }
+
+// TestExitCodes_SegmentNotRegular: a journal segment replaced by a
+// directory or a FIFO is a damaged store, as a db.data that is not a
+// regular file is: every command exits 1 naming the segment. It was exit 3,
+// "could not be read (an I/O or resource error, not damage)" and "check
+// incomplete", which tells the operator to retry.
+func TestExitCodes_SegmentNotRegular(t *testing.T) {
+	t.Parallel()
+	for _, kind := range []string{"directory", "FIFO"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			dir := makeStore(t, 6000)
+			segs := segments(t, dir)
+			if len(segs) < 2 {
+				t.Fatalf("segments %v: want two or more", segs)
+			}
+			seg := filepath.Join(dir, segs[0].ID.String())
+			if err := os.Remove(seg); err != nil {
+				t.Fatal(err)
+			}
+			var err error
+			if kind == "directory" {
+				err = os.Mkdir(seg, 0o750)
+			} else {
+				err = syscall.Mkfifo(seg, 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, args := range everyCommand(t, dir, ackedFile(t)) {
+				code, out, errs := runChildTimeout(t, 20*time.Second, args...)
+				if code != exitProblems || !strings.Contains(out+errs, segs[0].ID.String()+": not a regular file") {
+					t.Errorf("%q: exit %d, want 1 naming %s, not a regular file:\n%s%s", args, code, segs[0].ID, out, errs)
+				}
+			}
+			// recover --skip-damaged refuses it too: repair's advice is to
+			// move it out first.
+			_, m := runJSON(t, "repair", "--json", dir)
+			if u := jsonString(m["unfixable"]); !strings.Contains(u, "once it is moved out") {
+				t.Errorf("repair: unfixable %q, want the advice to move it out first", u)
+			}
+		})
+	}
+}
+
+// TestRecover_JSONWhenCloseFails: recover --json prints one JSON document
+// with the error when the store opened but its closing checkpoint failed
+// (here db.free.tmp is a directory, so db.free cannot be written), as it
+// does when the open fails; it printed nothing on stdout, and exit 3.
+func TestRecover_JSONWhenCloseFails(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 100)
+	if err := os.Mkdir(filepath.Join(dir, "db.free.tmp"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	code, out, errs := runTool(t, "recover", "--json", "--force-scan", dir)
+	if code != exitIO || !strings.Contains(out, `"error"`) || !strings.Contains(out, "db.free.tmp") {
+		t.Errorf("recover --json: exit %d, want 3 and a JSON error naming db.free.tmp on stdout:\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+}

@@ -111,6 +111,16 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "kdbtool export: %s\n", errLine(err))
 		return exitFor(err)
 	}
+	// FILE a symbolic link (to a backup disk) names the file it points to:
+	// the snapshot is written beside that one and renamed over it, and the
+	// link stays (renamed over the link itself, the snapshot landed beside
+	// it and the file it points to kept the old one).
+	name := file
+	file, err := linkTarget(file)
+	if err != nil {
+		fmt.Fprintf(stderr, "kdbtool export: %s\n", errLine(err))
+		return exitIO
+	}
 	stale, err := removeStaleExportTemps(file)
 	if err != nil {
 		fmt.Fprintf(stderr, "kdbtool export: %s\n", errLine(err))
@@ -142,9 +152,32 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	for _, w := range out.Warnings {
 		fmt.Fprintf(stderr, "kdbtool export: %s\n", w)
 	}
+	if name != file {
+		fmt.Fprintf(stdout, "%s links to %s\n", name, file)
+	}
 	fmt.Fprintf(stdout, "exported to %s (%s): %d trees, %d keys; %d indexes, %d destinations, %d subscriptions, %d messages, %d prepared transactions\n",
 		file, exportFormatName, out.Trees, out.Keys, out.Indexes, out.Destinations, out.Subscriptions, out.Messages, out.Prepared)
 	return exitOK
+}
+
+// linkTarget follows p while it is a symbolic link and returns the name
+// it ends at (which need not exist yet); p itself if it is not a link.
+func linkTarget(p string) (string, error) {
+	for range 40 {
+		st, err := os.Lstat(p)
+		if err != nil || st.Mode()&os.ModeSymlink == 0 {
+			return p, nil
+		}
+		l, err := os.Readlink(p)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(l) {
+			l = filepath.Join(filepath.Dir(p), l)
+		}
+		p = l
+	}
+	return "", fmt.Errorf("%s: too many levels of symbolic links", p)
 }
 
 // exportTempPrefix is the name of file's temporary file (exportStore)

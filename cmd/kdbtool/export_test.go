@@ -231,3 +231,61 @@ func TestExport_NeverWritesThroughPlantedTemp(t *testing.T) {
 		t.Errorf("after a second export: %v %v", fi, err)
 	}
 }
+
+// TestExport_ThroughASymlink: FILE a symbolic link (to the backup disk)
+// gets the snapshot written where it points, atomically there, and the link
+// stays. Export used to rename its temporary file over the link itself: the
+// snapshot landed beside the link and the file it pointed to kept the old
+// snapshot, silently. A link to a file not made yet gets it made; a link to
+// a directory is refused.
+func TestExport_ThroughASymlink(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 100)
+	backup := t.TempDir()
+	target := filepath.Join(backup, "snap.kdbx")
+	if err := os.WriteFile(target, []byte("yesterday"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	local := t.TempDir()
+	link := filepath.Join(local, "snap.kdbx")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runTool(t, "export", dir, link); code != 0 {
+		t.Fatalf("export through a link: exit %d: %s", code, errs)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v", err)
+	}
+	if b, err := os.ReadFile(target); err != nil || string(b) == "yesterday" {
+		t.Errorf("the linked file still holds the old snapshot (%v)", err)
+	}
+	if code, _, errs := runTool(t, "import", link, filepath.Join(t.TempDir(), "copy")); code != 0 {
+		t.Errorf("import of the snapshot through the link: exit %d: %s", code, errs)
+	}
+	if ents, _ := os.ReadDir(local); len(ents) != 1 {
+		t.Errorf("the link's directory holds %v, want the link alone", ents)
+	}
+
+	fresh := filepath.Join(local, "fresh.kdbx")
+	if err := os.Symlink(filepath.Join(backup, "fresh.kdbx"), fresh); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runTool(t, "export", dir, fresh); code != 0 {
+		t.Errorf("export through a link to a new file: exit %d: %s", code, errs)
+	}
+	if _, err := os.Stat(filepath.Join(backup, "fresh.kdbx")); err != nil {
+		t.Errorf("the link's target was not written: %v", err)
+	}
+
+	toDir := filepath.Join(local, "dir.kdbx")
+	if err := os.Symlink(backup, toDir); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := runTool(t, "export", dir, toDir); code == 0 {
+		t.Errorf("export through a link to a directory: exit 0")
+	}
+	if st, err := os.Lstat(toDir); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link to a directory was replaced: %v", err)
+	}
+}

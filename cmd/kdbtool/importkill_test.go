@@ -192,3 +192,57 @@ func TestExport_RemovesStaleTemp(t *testing.T) {
 		t.Errorf("import of the export: exit %d: %s", code, errs)
 	}
 }
+
+// TestImport_IntoASymlink: DIR a symbolic link to an empty directory (the
+// store on another disk) gets the store in that directory, and the link
+// stays. Import used to remove the link as if it were the empty directory
+// and rename its store there: the store landed beside the link, on the
+// link's file system, and the linked directory stayed empty. A dangling
+// link is refused, and left as it was.
+func TestImport_IntoASymlink(t *testing.T) {
+	t.Parallel()
+	src := makeStore(t, 100)
+	file := filepath.Join(t.TempDir(), "s.kdbx")
+	if code, _, errs := runTool(t, "export", src, file); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errs)
+	}
+	target := filepath.Join(t.TempDir(), "bigdisk")
+	if err := os.Mkdir(target, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	parent := t.TempDir()
+	link := filepath.Join(parent, "store")
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errs := runTool(t, "import", file, link); code != exitOK {
+		t.Fatalf("import into a link to an empty directory: exit %d: %s", code, errs)
+	}
+	if st, err := os.Lstat(link); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link was replaced: %v, %v", st.Mode(), err)
+	}
+	if _, err := os.Stat(filepath.Join(target, "db.data")); err != nil {
+		t.Errorf("the linked directory holds no store: %v", err)
+	}
+	if code, _, errs := runTool(t, "check", link); code != exitOK {
+		t.Errorf("check through the link: exit %d: %s", code, errs)
+	}
+	if ents, _ := os.ReadDir(parent); len(ents) != 1 {
+		t.Errorf("the link's directory holds %v, want the link alone", ents)
+	}
+
+	dangling := filepath.Join(parent, "gone")
+	if err := os.Symlink(filepath.Join(parent, "nowhere"), dangling); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runTool(t, "import", file, dangling)
+	if code == exitOK || !strings.Contains(errs, "symbolic link") {
+		t.Errorf("import into a dangling link: exit %d: %s", code, errs)
+	}
+	if st, err := os.Lstat(dangling); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the dangling link was changed: %v", err)
+	}
+	if _, err := os.Lstat(filepath.Join(parent, "nowhere")); err == nil {
+		t.Errorf("the import created the dangling link's target")
+	}
+}

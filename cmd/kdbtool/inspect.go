@@ -101,6 +101,10 @@ type freeListOut struct {
 	LiedPages     uint64 `json:"lied_pages"`
 	FirstLiedPage uint64 `json:"first_lied_page,omitempty"`
 	LieReason     string `json:"lie_reason,omitempty"`
+	// DamagedLiedPages counts those of LiedPages that are damaged (their
+	// checksum or ID fails) rather than holding another page: the list
+	// may be right about them; check says whether a tree reaches them.
+	DamagedLiedPages uint64 `json:"damaged_lied_pages"`
 }
 
 type redoOut struct {
@@ -295,7 +299,16 @@ func inspectStore(dir string) (*inspectOut, error) {
 		}
 	}
 	fl.LiedPages, fl.FirstLiedPage, fl.LieReason = in.Lies, uint64(in.FirstLie), in.LieReason
-	if in.Lies > 0 {
+	fl.DamagedLiedPages = in.DamagedLies
+	switch {
+	case in.Lies > 0 && in.DamagedLies == in.Lies && !short:
+		// Damaged pages, not pages in use: a free page damaged on disk
+		// is no loss; a damaged page a tree reaches is the index's
+		// problem, which check reports.
+		out.Problems = append(out.Problems, problem{"warning", "free_list", fmt.Sprintf(
+			"%s lists %d damaged pages (first %v: %s); Open would trust it, fail to prove the first free and set the list aside, writing none of them; a damaged page no tree reaches (check says) held nothing; kdbtool repair --apply (or recover --force-scan) rebuilds the list by a scan, which frees such pages again",
+			in.TrustedFile, in.Lies, in.FirstLie, in.LieReason)})
+	case in.Lies > 0:
 		out.Problems = append(out.Problems, problem{"error", "free_list", freeListLie(in, short)})
 	}
 	if in.TrustedFile == "" {
@@ -538,8 +551,11 @@ func printInspect(w io.Writer, o *inspectOut) {
 	}
 	if o.FreeList.TrustedFile != "" {
 		fmt.Fprintf(w, "free list: Open would trust %s", o.FreeList.TrustedFile)
-		if o.FreeList.LiedPages > 0 {
-			fmt.Fprintf(w, ", which LIES: %d listed pages are in use (first page %d)", o.FreeList.LiedPages, o.FreeList.FirstLiedPage)
+		switch fl := o.FreeList; {
+		case fl.LiedPages > 0 && fl.DamagedLiedPages == fl.LiedPages:
+			fmt.Fprintf(w, ", which lists %d damaged pages (first page %d)", fl.LiedPages, fl.FirstLiedPage)
+		case fl.LiedPages > 0:
+			fmt.Fprintf(w, ", which LIES: %d listed pages are in use or damaged (first page %d)", fl.LiedPages, fl.FirstLiedPage)
 		}
 		fmt.Fprintf(w, "\n")
 	} else {

@@ -93,6 +93,9 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 	// the report read after it says whether and how long.
 	if err := db.Close(); err != nil {
 		fmt.Fprintf(stderr, "kdbtool recover: close: %s\n", errLine(err))
+		if *asJSON {
+			writeJSON(stdout, map[string]any{"error": "close: " + err.Error(), "corrupt": isCorrupt(err)})
+		}
 		return exitIO
 	}
 	rep := db.Recovery()

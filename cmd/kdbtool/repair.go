@@ -146,6 +146,12 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		return &repairOut{Dir: dir, Problems: notRegular, Actions: moved, Unfixable: []string{}, Saved: saved}, nil
 	}
 	in, err := inspectStore(dir)
+	if errors.Is(err, pagefile.ErrCorrupt) {
+		// db.data's header or meta slots cannot be read (or the db.redo
+		// Open would apply contradicts them): only the journal can
+		// rebuild it, as when db.data is lost.
+		return repairLostData(dir, apply, rebuild, err, fsys, stderr)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -164,6 +170,9 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	if !short && (in.raw.TrustedFile != "db.free" || in.raw.Lies > 0) {
 		why := in.raw.Reason
 		switch {
+		case in.raw.Lies > 0 && in.raw.DamagedLies == in.raw.Lies:
+			why = fmt.Sprintf("%s lists %d damaged pages, the first %v, which the scan frees again if no tree reaches them; kdbtool recover --force-scan does the same",
+				in.raw.TrustedFile, in.raw.Lies, in.raw.FirstLie)
 		case in.raw.Lies > 0:
 			why = fmt.Sprintf("%s lists %d pages in use as free, the first %v; kdbtool recover --force-scan does the same",
 				in.raw.TrustedFile, in.raw.Lies, in.raw.FirstLie)
@@ -172,6 +181,11 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		}
 		out.Actions = append(out.Actions, repairAction{actRebuildFreeList,
 			"rebuild the free list by a scan of every page header and write a matching db.free (" + why + ")"})
+	}
+	if len(out.Actions) == 0 && !short && chk.Index != nil && chk.Index.DamagedPages > 0 {
+		out.Actions = append(out.Actions, repairAction{actRebuildFreeList, fmt.Sprintf(
+			"rebuild the free list by a scan of every page header and write a matching db.free (%d damaged pages no tree reaches, the first page %d, are set aside; the scan frees them for reuse)",
+			chk.Index.DamagedPages, chk.Index.FirstDamagedPage)})
 	}
 	out.Actions = append(out.Actions, moved...)
 	if in.Redo.WouldApply {
@@ -219,7 +233,18 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 				first, skipDamagedHint(in)))
 		}
 	}
-	if in.jerr != nil {
+	switch {
+	case in.jerr != nil && in.serr == nil:
+		// The store opens: the damage lies before the replay position,
+		// which recover --skip-damaged does not read either.
+		out.Unfixable = append(out.Unfixable, "the journal is damaged before the replay position: "+in.jerr.Error()+
+			" (the store opens as it is: the damaged records' changes are in db.data, but a key whose value the index keeps"+
+			" in them reads as ErrCorrupt, and export stops at it; delete or rewrite such keys (export names them one at a"+
+			" time) and export and import into a new store, or restore from a backup; recover --skip-damaged changes nothing here)")
+	case in.jerr != nil && errors.Is(in.jerr, vfs.ErrNotRegular):
+		out.Unfixable = append(out.Unfixable, "the journal is damaged: "+in.jerr.Error()+
+			" (once it is moved out, the segment is missing: kdbtool recover --skip-damaged then opens the store accepting the loss)")
+	case in.jerr != nil:
 		out.Unfixable = append(out.Unfixable, "the journal is damaged before its tail: "+in.jerr.Error()+
 			" (kdbtool recover --skip-damaged opens the store accepting the loss)")
 	}
@@ -254,35 +279,44 @@ func isJournalDamage(err error) bool {
 }
 
 // repairLostData plans (and with apply carries out) the repair of a store
-// that lost db.data (why says so): the index can be rebuilt only from a
-// journal that still begins at db-1.log, and only with --rebuild-index.
+// whose db.data is lost or cannot be read (its header or meta slots are
+// damaged; why says which): the index can be rebuilt only from a journal
+// that still begins at db-1.log, and only with --rebuild-index. A damaged
+// db.data is moved aside as .broken with the other page-file files.
 func repairLostData(dir string, apply, rebuild bool, why error, fsys vfs.FS, stderr io.Writer) (*repairOut, error) {
 	out := &repairOut{Dir: dir, Apply: apply, Problems: []problem{{"error", "pagefile", why.Error()}},
 		Actions: []repairAction{}, Unfixable: []string{}, Saved: []string{}}
+	state := "db.data is missing"
+	if _, err := os.Lstat(filepath.Join(dir, "db.data")); err == nil {
+		state = "db.data cannot be read"
+	}
 	jo, jerr := inspectJournal(dir, nil)
 	switch {
 	case jerr != nil:
 		out.Problems = append(out.Problems, problem{"error", "journal", jerr.Error()})
-		out.Unfixable = append(out.Unfixable, "db.data is missing and the journal is damaged ("+jerr.Error()+
+		out.Unfixable = append(out.Unfixable, state+" and the journal is damaged ("+jerr.Error()+
 			"), so the index cannot be rebuilt from it: restore db.data from a backup")
 	case len(jo.Segments) == 0 || jo.Segments[0].ID != 1:
 		first := "no segment"
 		if len(jo.Segments) > 0 {
 			first = jo.Segments[0].Name
 		}
-		out.Unfixable = append(out.Unfixable, fmt.Sprintf("db.data is missing and the journal starts at %s, not db-1.log "+
+		out.Unfixable = append(out.Unfixable, fmt.Sprintf("%s and the journal starts at %s, not db-1.log "+
 			"(older segments were removed after checkpoints had written their changes to db.data), so it no longer holds "+
-			"every write and the index cannot be rebuilt from it: restore db.data from a backup", first))
+			"every write and the index cannot be rebuilt from it: restore db.data from a backup", state, first))
 	case !rebuild:
-		out.Unfixable = append(out.Unfixable, "db.data is missing; the journal still begins at db-1.log, "+
+		out.Unfixable = append(out.Unfixable, state+"; the journal still begins at db-1.log, "+
 			"so rerun with --rebuild-index to rebuild db.data by replaying the whole journal")
-	default:
+	case state == "db.data is missing":
 		out.Actions = append(out.Actions, repairAction{actRebuildIndex,
 			"db.data is missing: move db.redo, db.free and db.free.prev aside as .broken, create an empty db.data and rebuild it by replaying the whole journal"})
-		if jo.TornBytes > 0 {
-			out.Actions = append(out.Actions, repairAction{actTruncateTail,
-				fmt.Sprintf("truncate the torn journal tail: %d bytes at %s", jo.TornBytes, jo.TornAt)})
-		}
+	default:
+		out.Actions = append(out.Actions, repairAction{actRebuildIndex,
+			"db.data cannot be read: move db.data, db.redo, db.free and db.free.prev aside as .broken, create an empty db.data and rebuild it by replaying the whole journal"})
+	}
+	if len(out.Actions) > 0 && jo.TornBytes > 0 {
+		out.Actions = append(out.Actions, repairAction{actTruncateTail,
+			fmt.Sprintf("truncate the torn journal tail: %d bytes at %s", jo.TornBytes, jo.TornAt)})
 	}
 	if !apply || len(out.Unfixable) > 0 {
 		return out, nil
