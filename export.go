@@ -367,7 +367,7 @@ func removeStaleImports(fsys vfs.FS, parent, base string) (int, error) {
 		if _, isDir, err := fsys.Stat(p); err != nil || !isDir {
 			continue
 		}
-		lk, err := fsys.Lock(filepath.Join(p, "lock"))
+		lk, err := vfs.LockStore(fsys, p)
 		if err != nil {
 			continue // in use by a running Import, or gone meanwhile
 		}
@@ -409,7 +409,7 @@ func makeImportTemp(fsys vfs.FS, parent, base string) (string, vfs.Locker, error
 		_ = fsys.Remove(tmp)
 		return "", nil, err
 	}
-	lk, err := fsys.Lock(filepath.Join(tmp, "lock"))
+	lk, err := vfs.LockStore(fsys, tmp)
 	if err != nil {
 		_ = removeFlatDir(fsys, tmp)
 		return "", nil, err

@@ -34,14 +34,15 @@ func ReplayPosition(m pagefile.Meta) journal.Location {
 	return journal.Location{Segment: journal.SegmentID(m.ReplaySegment), Offset: int64(m.ReplayOffset)}
 }
 
-// lock creates dir if needed and takes its lock file. The lock is taken
+// lock creates dir if needed and takes its lock (the lock file and the
+// directory, vfs.LockStore). The lock is taken
 // before anything of the store is read, so that two handles never recover
 // the same store at once.
 func lock(fsys vfs.FS, dir string) (vfs.Locker, error) {
 	if err := createDir(fsys, dir); err != nil {
 		return nil, fmt.Errorf("recovery: create %s: %w", dir, err)
 	}
-	lk, err := fsys.Lock(filepath.Join(dir, "lock"))
+	lk, err := vfs.LockStore(fsys, dir)
 	if err != nil {
 		if errors.Is(err, vfs.ErrLocked) {
 			return nil, fmt.Errorf("%w: %w", ErrLocked, err)

@@ -116,3 +116,41 @@ func MkdirAllDurable(fsys FS, dir string, perm os.FileMode) error {
 	}
 	return nil
 }
+
+// StoreLockName is the name of a store's lock file in its directory.
+const StoreLockName = "lock"
+
+// LockStore takes a store's lock: the lock file dir/lock (created if
+// missing) and then, where fsys is a DirLocker (OS), the directory dir
+// itself, both exclusive, failing with ErrLocked if either is held
+// elsewhere. The lock file alone does not exclude a second writer once
+// someone deletes it (the next opener creates a new file and locks that);
+// the directory cannot be replaced under a live store. Close releases
+// both. A file system that wraps another (a caller already holding the
+// lock, a test's hooks) is no DirLocker, and takes the lock file only.
+func LockStore(fsys FS, dir string) (Locker, error) {
+	file, err := fsys.Lock(filepath.Join(dir, StoreLockName))
+	if err != nil {
+		return nil, err
+	}
+	dl, ok := fsys.(DirLocker)
+	if !ok {
+		return file, nil
+	}
+	d, err := dl.LockDir(dir)
+	if err != nil {
+		_ = file.Close()
+		return nil, err
+	}
+	return storeLock{dir: d, file: file}, nil
+}
+
+type storeLock struct{ dir, file Locker }
+
+func (l storeLock) Close() error {
+	err := l.dir.Close()
+	if ferr := l.file.Close(); err == nil {
+		err = ferr
+	}
+	return err
+}

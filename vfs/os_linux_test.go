@@ -195,3 +195,36 @@ func TestOS_OpenFileRefusesWhatIsNotARegularFile(t *testing.T) {
 	}
 	f.Close()
 }
+
+// LockStore holds the store's directory as well as its lock file: with the
+// lock file deleted, a second LockStore still fails, and after Close the
+// store locks again.
+func TestOS_LockStoreHoldsTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	lk, err := LockStore(OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, StoreLockName)); err != nil {
+		t.Fatal(err)
+	}
+	if lk2, err := LockStore(OS, dir); err == nil {
+		lk2.Close()
+		t.Fatal("LockStore succeeded twice once the lock file was deleted")
+	} else if !errors.Is(err, ErrLocked) {
+		t.Fatalf("second LockStore: %v, want ErrLocked", err)
+	}
+	if err := lk.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lk, err = LockStore(OS, dir)
+	if err != nil {
+		t.Fatalf("LockStore after Close: %v", err)
+	}
+	if err := lk.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OS.(DirLocker).LockDir(filepath.Join(dir, StoreLockName)); err == nil {
+		t.Fatal("LockDir of a regular file succeeded")
+	}
+}

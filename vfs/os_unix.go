@@ -104,8 +104,31 @@ func (osFS) Lock(name string) (Locker, error) {
 	if err != nil {
 		return nil, err
 	}
+	return flockFile(f, name)
+}
+
+// LockDir takes flock(LOCK_EX|LOCK_NB) on the directory dir itself, opened
+// read-only (never created): what LockStore adds to the lock file.
+func (osFS) LockDir(dir string) (Locker, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if st, err := f.Stat(); err != nil || !st.IsDir() {
+		_ = f.Close()
+		if err == nil {
+			err = &fs.PathError{Op: "lock", Path: dir, Err: syscall.ENOTDIR}
+		}
+		return nil, err
+	}
+	return flockFile(f, dir)
+}
+
+// flockFile takes the exclusive flock on f, open as name, and records it
+// in the table of locks this process holds; it closes f if it fails.
+func flockFile(f *os.File, name string) (Locker, error) {
 	var key lockKey
-	err = control(f, func(fd int) error {
+	err := control(f, func(fd int) error {
 		var st unix.Stat_t
 		if err := unix.Fstat(fd, &st); err != nil {
 			return err

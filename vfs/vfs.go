@@ -97,6 +97,13 @@ type FS interface {
 	Lock(name string) (Locker, error)
 }
 
+// DirLocker is implemented by file systems that can lock a directory
+// itself (OS: flock on the directory, opened read-only), failing at once
+// with ErrLocked if it is held elsewhere. LockStore uses it.
+type DirLocker interface {
+	LockDir(dir string) (Locker, error)
+}
+
 // Locker is a held lock.
 type Locker interface {
 	Close() error

@@ -413,7 +413,7 @@ func lockDemoDir(dir string) (vfs.Locker, error) {
 	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}
-	lk, err := vfs.OS.Lock(filepath.Join(dir, "lock"))
+	lk, err := vfs.LockStore(vfs.OS, dir)
 	if errors.Is(err, vfs.ErrLocked) {
 		return nil, fmt.Errorf("%w: %s: the store is open in another process (or handle); the demo deletes and rebuilds it: close it first, or name another directory: %w", kdb.ErrLocked, dir, err)
 	}

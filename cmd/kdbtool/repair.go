@@ -412,7 +412,7 @@ func lockStore(dir string) (vfs.Locker, vfs.FS, error) {
 	if _, derr := os.Stat(filepath.Join(dir, "db.data")); errors.Is(lerr, os.ErrNotExist) && errors.Is(derr, os.ErrNotExist) {
 		return nil, nil, fmt.Errorf("%s is not a kdb store: %w", dir, derr)
 	}
-	lk, err := vfs.OS.Lock(name)
+	lk, err := vfs.LockStore(vfs.OS, dir)
 	if errors.Is(err, vfs.ErrLocked) {
 		return nil, nil, fmt.Errorf("%w: %s: the store is open in another process (or handle); close it first: %w", kdb.ErrLocked, dir, err)
 	}
