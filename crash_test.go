@@ -317,10 +317,12 @@ func TestDB_CrashCampaign(t *testing.T) {
 		first = v
 	}
 	var total campaignCounts
+	only, matched := os.Getenv("KDB_CRASH_SHAPE"), false
 	for _, cfg := range campaigns() {
-		if only := os.Getenv("KDB_CRASH_SHAPE"); only != "" && only != cfg.name {
+		if only != "" && only != cfg.name {
 			continue
 		}
+		matched = true
 		var c campaignCounts
 		for seed := first; seed < first+seeds; seed++ {
 			runCampaign(t, cfg, uint64(seed), &c)
@@ -334,6 +336,9 @@ func TestDB_CrashCampaign(t *testing.T) {
 			t.Errorf("%s: recovery was never crashed", cfg.name)
 		}
 		total.lost.Add(c.lost.Load() + c.failedOpens.Load() + c.checkFailures.Load() + c.scanWithoutReason.Load() + c.idMismatch.Load() + c.lies.Load())
+	}
+	if !matched {
+		t.Fatalf("KDB_CRASH_SHAPE=%s names no shape (sequential, writers=4, large): nothing ran", only)
 	}
 	if total.lost.Load() != 0 {
 		t.Fatal("the crash campaign found problems")
