@@ -3,7 +3,9 @@ package kdb
 import (
 	"bytes"
 	"encoding/binary"
+	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/kdb-project/kdb/index"
 	"github.com/kdb-project/kdb/journal"
@@ -17,7 +19,11 @@ type CheckReport struct {
 	ReachablePages uint64 // pages reachable from the index root
 	FreePages      uint64
 	JournalValues  uint64 // values kept in the journal, each read and verified
-	Depth          int
+	// UnreadableValues counts the values kept in the journal that could
+	// not be read back intact (journal damage): the keys that lost their
+	// value. Check's error names the first of them.
+	UnreadableValues uint64
+	Depth            int
 	// DamagedPages counts the pages that are neither reachable nor free
 	// and fail their checksum: damaged on disk, but holding nothing of the
 	// index (free pages a free-list scan or proof set aside; the scan of a
@@ -69,10 +75,15 @@ func (db *DB) checkProgress(progress func(phase string, done uint64)) (*CheckRep
 	if err != nil {
 		return nil, wrapErr(err)
 	}
-	// Open verified the journal only from the replay position.
-	if err := db.j.Verify(); err != nil {
-		return nil, wrapErr(err)
+	// Open verified the journal only from the replay position. Damage
+	// found there does not stop the check: the walk below names the values
+	// it took (each read again), so that an operator learns which keys
+	// lost what, not only where the journal is damaged.
+	jerr := db.j.Verify()
+	if jerr != nil && !errors.Is(wrapErr(jerr), ErrCorrupt) {
+		return nil, wrapErr(jerr) // I/O, not damage: nothing to go on with
 	}
+	var lost []string // the first unreadable values: tree, key, location
 	rep := &CheckReport{
 		Keys: irep.Keys, Pages: irep.PageCount, ReachablePages: irep.ReachablePages,
 		FreePages: irep.FreePages, Depth: irep.Depth,
@@ -126,14 +137,20 @@ func (db *DB) checkProgress(progress func(phase string, done uint64)) (*CheckRep
 				if !isRef {
 					return fmt.Errorf("%w: tree %q key %q: bad journal reference", ErrCorrupt, name, k)
 				}
-				if _, err := db.resolve(v); err != nil {
+				if _, err := db.resolve(v); errors.Is(err, ErrCorrupt) {
+					if rep.UnreadableValues++; len(lost) < maxLostListed {
+						loc := journal.Location{Segment: seg, Offset: int64(binary.LittleEndian.Uint64(v[5:]))}
+						lost = append(lost, fmt.Sprintf("tree %q key %q (%s)", name, k, loc))
+					}
+				} else if err != nil {
 					return fmt.Errorf("tree %q key %q: %w", name, k, err)
+				} else {
+					rep.JournalValues++
 				}
-				r := counted[seg]
+				r := counted[seg] // recorded for the lost ones too
 				r.count++
 				r.bytes += uint64(size)
 				counted[seg] = r
-				rep.JournalValues++
 			}
 			if c.err != nil {
 				return c.err
@@ -156,8 +173,25 @@ func (db *DB) checkProgress(progress func(phase string, done uint64)) (*CheckRep
 			return rep, fmt.Errorf("%w: segment references of %s: recorded %+v, counted %+v", ErrCorrupt, seg, stored[seg], c)
 		}
 	}
+	if rep.UnreadableValues > 0 {
+		more := ""
+		if n := rep.UnreadableValues - uint64(len(lost)); n > 0 {
+			more = fmt.Sprintf("; %d more", n)
+		}
+		what := fmt.Sprintf("%d values kept in the journal cannot be read: %s%s", rep.UnreadableValues, strings.Join(lost, ", "), more)
+		if jerr != nil {
+			return rep, fmt.Errorf("%w; %s", wrapErr(jerr), what)
+		}
+		return rep, fmt.Errorf("%w: %s", ErrCorrupt, what)
+	}
+	if jerr != nil {
+		return rep, wrapErr(jerr) // damage no value of the index refers to
+	}
 	return rep, nil
 }
+
+// maxLostListed bounds the unreadable values a Check error names.
+const maxLostListed = 10
 
 // refs counts the values a journal segment holds for the index.
 type refs struct{ count, bytes uint64 }

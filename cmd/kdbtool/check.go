@@ -146,7 +146,8 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 // dropRepeated drops an index problem that is the journal's damage found
 // again: the store's own check (kdb Check) verifies the journal as well, and
 // the operator should see that damage once, under journal, not as damage of
-// the index.
+// the index. What kdb Check adds after it (the keys whose values that
+// damage took) stays, under index, without the journal's message.
 func dropRepeated(ps []problem) []problem {
 	var journalMsgs []string
 	for _, p := range ps {
@@ -158,6 +159,14 @@ func dropRepeated(ps []problem) []problem {
 	for _, p := range ps {
 		if p.Area == "index" && slices.ContainsFunc(journalMsgs, func(m string) bool { return strings.HasSuffix(p.Message, m) }) {
 			continue
+		}
+		if p.Area == "index" {
+			for _, m := range journalMsgs {
+				if i := strings.Index(p.Message, m+"; "); i >= 0 {
+					p.Message = p.Message[i+len(m)+2:]
+					break
+				}
+			}
 		}
 		out = append(out, p)
 	}

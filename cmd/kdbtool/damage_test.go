@@ -81,7 +81,8 @@ func TestDamage_Stores(t *testing.T) {
 			// that segment, so recover opens, but check reads it all and
 			// reports the damage once, under journal.
 			name: "damaged record before the replay position", damage: flipBeforeReplayPosition, inspect: 1, check: 1,
-			found:     []finding{{"error", "journal", "checksum mismatch"}},
+			// and the key whose value it held, under index
+			found:     []finding{{"error", "journal", "checksum mismatch"}, {"error", "index", "values kept in the journal cannot be read: tree \"u/users\" key"}},
 			repair:    []string{},
 			applyCode: 1, afterCheck: 1, recoverCode: 0,
 		},
