@@ -3,6 +3,7 @@ package index
 import (
 	"encoding/binary"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/kdb-project/kdb/pagefile"
@@ -150,5 +151,37 @@ func TestNode_DamagedLengthsAreCorruptNotPanics(t *testing.T) {
 				t.Fatalf("the accessors read all %d cells of the damaged page without an error", cnt)
 			}
 		})
+	}
+}
+
+// TestTx_EmptyBranchPageIsCorrupt guards tx.ref's refusal of a branch page
+// with no cells, the read path of Get, cursors and the writer's descent
+// (decodeNode refuses it too, but Get does not decode). A branch's search
+// takes child 0 even when there is none: it read the slot array past the
+// payload (a panic), or, on a page with bytes after its header, a child
+// pointer made of whatever they hold.
+func TestTx_EmptyBranchPageIsCorrupt(t *testing.T) {
+	e := fillEnv(t)
+	root, _, _ := firstLeaf(t, e)
+	empty := (&node{}).encode(make([]byte, nodeHeaderSize))
+	if err := e.pf.Write(root, pageBranch, empty); err != nil {
+		t.Fatal(err)
+	}
+	err := e.s.View(func(tx *Tx) error {
+		_, _, err := tx.Tree([]byte("t")).Get([]byte("k0100"))
+		return err
+	})
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "branch without children") {
+		t.Fatalf("Get = %v, want ErrCorrupt naming a branch without children", err)
+	}
+	err = e.s.View(func(tx *Tx) error {
+		c := tx.Tree([]byte("t")).Cursor()
+		if k, _, ok := c.Last(); ok {
+			t.Errorf("Last = %q on an empty branch", k)
+		}
+		return c.Err()
+	})
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("cursor = %v, want ErrCorrupt", err)
 	}
 }
