@@ -177,3 +177,37 @@ func TestStore_OwnsPendingPages(t *testing.T) {
 		}
 	}
 }
+
+// TestStore_OverlappingCellsAreCorrupt: a leaf whose cells overlap (each
+// within the payload, keys in order; here the first cell's value runs to
+// the end of the payload, over every other cell) decodes to a node larger
+// than its page. The writer re-encodes a node it changed into one page
+// buffer: a Delete from that leaf panicked at commit (index out of range),
+// and Check, which names such a node too, was the only guard. decodeNode
+// refuses it, so the Delete fails with ErrCorrupt and Check names the leaf.
+func TestStore_OverlappingCellsAreCorrupt(t *testing.T) {
+	e := fillEnv(t)
+	_, leaf := firstLeafWithParent(t, e)
+	ps := e.pf.PayloadSize()
+	b := make([]byte, ps)
+	leaf.encode(b)
+	off := int(binary.LittleEndian.Uint16(b[nodeHeaderSize:]))
+	vlen := ps - off - leafCellHeader - len(leaf.ents[0].key)
+	binary.LittleEndian.PutUint32(b[off+offLeafValueLen:], uint32(vlen))
+	if err := e.pf.Write(leaf.id, pageLeaf, b); err != nil {
+		t.Fatal(err)
+	}
+	last := leaf.ents[len(leaf.ents)-1].key
+	err := e.s.Update(func(tx *Tx) error {
+		_, err := tx.Tree([]byte("t")).Delete(last)
+		return err
+	})
+	want := fmt.Sprintf("%s: cells of", leaf.id)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Delete(%q) = %v, want ErrCorrupt naming %q", last, err, want)
+	}
+	_, err = e.s.Check()
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Check = %v, want ErrCorrupt naming %q", err, want)
+	}
+}
