@@ -157,3 +157,40 @@ func TestOpen_RejectsPendingEntryBeyondPageCount(t *testing.T) {
 		t.Fatalf("Open = %v, want ErrCorrupt naming the pending-free entry beyond the page count", err)
 	}
 }
+
+// TestTx_DropTreeOfAPageLinkedTwice guards freeTree's refusal of a page a
+// damaged tree links twice (two children of the root naming one leaf).
+// Freed twice, the leaf went twice on the pending-free list: the drop
+// committed, and the next Update failed giving it back the second time
+// (ErrDoubleFree), as would every Update after it. The drop must fail with
+// ErrCorrupt and change nothing.
+func TestTx_DropTreeOfAPageLinkedTwice(t *testing.T) {
+	e := fillEnv(t)
+	root, leaf, _ := firstLeaf(t, e)
+	typ, p, err := e.pf.Read(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rn, err := decodeNode(root, typ, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rn.ents[1].child = leaf
+	if err := e.pf.Write(root, pageBranch, rn.encode(make([]byte, e.pf.PayloadSize()))); err != nil {
+		t.Fatal(err)
+	}
+	err = e.s.Update(func(tx *Tx) error { return tx.DropTree([]byte("t")) })
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "linked twice") {
+		t.Fatalf("DropTree = %v, want ErrCorrupt naming a page linked twice", err)
+	}
+	e.update(func(tx *Tx) error {
+		_, err := tx.CreateTree([]byte("other"))
+		return err
+	})
+	e.view(func(tx *Tx) error {
+		if tx.Tree([]byte("t")) == nil {
+			t.Fatal("the failed drop removed the tree")
+		}
+		return nil
+	})
+}
