@@ -183,3 +183,21 @@ func TestCheck_CatchesATreeReplayWouldRefuse(t *testing.T) {
 		})
 	}
 }
+
+// TestCheck_CatchesABadValueTag guards DB.Check's check of each index
+// value's tag: a value whose first byte is neither valInline nor
+// valJournal is one Get refuses as corrupt, so Check must too (it skips
+// resolving all but journal references).
+func TestCheck_CatchesABadValueTag(t *testing.T) {
+	db := checkedStore(t)
+	editIndex(t, db, string(treeName(userTreePrefix, "t")), func(tr *index.Tree) error {
+		return tr.Put([]byte("small3"), []byte{valJournal + 1, 'v'})
+	})
+	if _, err := db.Get("t", []byte("small3")); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Get = %v, want ErrCorrupt", err)
+	}
+	_, err := db.Check()
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "bad value tag") {
+		t.Fatalf("Check = %v, want ErrCorrupt naming the bad value tag", err)
+	}
+}
