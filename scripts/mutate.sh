@@ -189,6 +189,9 @@ m compact-moves-every-value compact.go \
 m import-tree-name-unchecked export.go \
   $'\t\t\tif err := checkTreeName(name); err != nil {' $'\t\t\tif err := checkTreeName(name); err != nil && false {' \
   '.' "Import creates a keyless tree whose name replay refuses (an engine tree, no namespace): the store fails Check"
+m readonly-stamp-ignores-names readonly.go \
+  'return s.state == o.state && slices.Equal(s.names, o.names)' 'return s.state == o.state && (len(s.names) >= 0 || slices.Equal(s.names, o.names))' \
+  '.' "a read-only open that failed while journal GC changed the directory (not the State) reports the failure instead of opening again"
 
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
