@@ -6,9 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/kdb-project/kdb/index"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -44,9 +46,11 @@ func buildSnapshot(recs ...snapRec) []byte {
 // TestImport_MutationGuards guards Import's checks that
 // TestImport_DamagedSnapshot does not reach: a damaged record count in the
 // trailer (the checksum does not cover the trailer), a key of zero bytes in
-// a snapshot whose checksum is valid (a snapshot no Export writes), and an
+// a snapshot whose checksum is valid (a snapshot no Export writes), an
 // index without keys that is the snapshot's last tree (TestExport_Import
-// GivesTheSameStore's empty index lies between others).
+// GivesTheSameStore's empty index lies between others), and a tree without
+// keys whose name replay refuses (Import's own check of tree names is all
+// that stops it).
 func TestImport_MutationGuards(t *testing.T) {
 	mem := vfs.NewMem()
 	o := &Options{FS: mem, SegmentSize: 256 << 10}
@@ -73,6 +77,7 @@ func TestImport_MutationGuards(t *testing.T) {
 		t.Fatal(err)
 	}
 	good := snap.Bytes()
+	tree0 := func() []byte { return []byte(userTreePrefix + "a") }
 
 	t.Run("empty last index", func(t *testing.T) {
 		if _, err := Import("/dst-empty", bytes.NewReader(good), o); err != nil {
@@ -93,6 +98,23 @@ func TestImport_MutationGuards(t *testing.T) {
 			t.Fatalf("Import with a damaged record count: %v, want ErrCorrupt", err)
 		}
 	})
+	// A tree outside every namespace, or an engine tree: the batches of a
+	// keyed one would be refused, but a tree without keys is created in
+	// the index directly, and the store Import leaves fails Check (and
+	// TestCheck_CatchesATreeReplayWouldRefuse).
+	for _, name := range []string{"stray", segRefsTree} {
+		t.Run("tree replay would refuse "+name, func(t *testing.T) {
+			dir := "/dst-refused-" + name[:1]
+			bad := buildSnapshot(snapRec{exportTree, [][]byte{tree0()}}, snapRec{exportKV, [][]byte{[]byte("k"), []byte("v")}},
+				snapRec{exportTree, [][]byte{[]byte(name)}})
+			if _, err := Import(dir, bytes.NewReader(bad), o); !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("Import of tree %q: %v, want ErrCorrupt", name, err)
+			}
+			if ok, err := vfs.Exists(mem, dir); ok || err != nil {
+				t.Fatalf("%s exists (%v) after a refused import", dir, err)
+			}
+		})
+	}
 	t.Run("empty key", func(t *testing.T) {
 		tree := []byte(userTreePrefix + "a")
 		ok := buildSnapshot(snapRec{exportTree, [][]byte{tree}}, snapRec{exportKV, [][]byte{[]byte("k"), []byte("v")}})
@@ -104,4 +126,26 @@ func TestImport_MutationGuards(t *testing.T) {
 			t.Fatalf("Import of a key of zero bytes: %v, want ErrCorrupt", err)
 		}
 	})
+}
+
+// TestExport_FailsOnAValueItCannotRead guards Export's handling of a value
+// kept in the journal that cannot be read: the export fails naming the
+// key. Carrying on wrote the key with an empty value into a snapshot whose
+// checksum is valid, and Import restored it so (a silent loss).
+func TestExport_FailsOnAValueItCannotRead(t *testing.T) {
+	db := checkedStore(t)
+	editIndex(t, db, string(treeName(userTreePrefix, "t")), func(tr *index.Tree) error {
+		v, ok, err := tr.Get([]byte("big3"))
+		if err != nil || !ok {
+			return fmt.Errorf("big3: %v %v", ok, err)
+		}
+		v = bytes.Clone(v)
+		binary.LittleEndian.PutUint64(v[5:], binary.LittleEndian.Uint64(v[5:])+8) // inside the record
+		return tr.Put([]byte("big3"), v)
+	})
+	var snap bytes.Buffer
+	_, err := db.Export(&snap)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "big3") {
+		t.Fatalf("Export = %v, want ErrCorrupt naming key big3", err)
+	}
 }

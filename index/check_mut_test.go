@@ -177,3 +177,95 @@ func TestStore_OwnsPendingPages(t *testing.T) {
 		}
 	}
 }
+
+// TestStore_CheckKeyBelowLowerBound guards the lower bound of Check's key
+// bounds: a key below the separator that leads to its leaf belongs to an
+// earlier child, so Get never finds it there, yet cursors return it out of
+// order. TestStore_CheckFindsDamage and TestStore_CheckKeyAtUpperBound
+// damage only the first leaf, which has no lower bound.
+func TestStore_CheckKeyBelowLowerBound(t *testing.T) {
+	e := fillEnv(t)
+	parent, _ := firstLeafWithParent(t, e)
+	if parent == nil || len(parent.ents) < 2 {
+		t.Fatalf("first leaf has no right sibling")
+	}
+	id := parent.ents[1].child
+	typ, p, err := e.pf.Read(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaf, err := decodeNode(id, typ, p)
+	if err != nil || !leaf.leaf {
+		t.Fatalf("second child %+v, %v", leaf, err)
+	}
+	leaf.ents[0].key = []byte("a") // below every key of the tree
+	if err := e.pf.Write(id, pageLeaf, leaf.encode(make([]byte, e.pf.PayloadSize()))); err != nil {
+		t.Fatal(err)
+	}
+	_, err = e.s.Check()
+	want := fmt.Sprintf("%s: key \"a\" outside its parent's bounds", id)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Check = %v, want ErrCorrupt naming %q", err, want)
+	}
+}
+
+// TestStore_OverlappingCellsAreCorrupt: a leaf whose cells overlap (each
+// within the payload, keys in order; here the first cell's value runs to
+// the end of the payload, over every other cell) decodes to a node larger
+// than its page. The writer re-encodes a node it changed into one page
+// buffer: a Delete from that leaf panicked at commit (index out of range),
+// and Check, which names such a node too, was the only guard. decodeNode
+// refuses it, so the Delete fails with ErrCorrupt and Check names the leaf.
+func TestStore_OverlappingCellsAreCorrupt(t *testing.T) {
+	e := fillEnv(t)
+	_, leaf := firstLeafWithParent(t, e)
+	ps := e.pf.PayloadSize()
+	b := make([]byte, ps)
+	leaf.encode(b)
+	off := int(binary.LittleEndian.Uint16(b[nodeHeaderSize:]))
+	vlen := ps - off - leafCellHeader - len(leaf.ents[0].key)
+	binary.LittleEndian.PutUint32(b[off+offLeafValueLen:], uint32(vlen))
+	if err := e.pf.Write(leaf.id, pageLeaf, b); err != nil {
+		t.Fatal(err)
+	}
+	last := leaf.ents[len(leaf.ents)-1].key
+	err := e.s.Update(func(tx *Tx) error {
+		_, err := tx.Tree([]byte("t")).Delete(last)
+		return err
+	})
+	want := fmt.Sprintf("%s: cells of", leaf.id)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Delete(%q) = %v, want ErrCorrupt naming %q", last, err, want)
+	}
+	_, err = e.s.Check()
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Check = %v, want ErrCorrupt naming %q", err, want)
+	}
+}
+
+// TestStore_CheckReadsThePendingChain guards Check's reading of the pages
+// of the last checkpoint's pending-free list: the next Open reads them
+// (their type, their checksums), so a page of the list that a stray write
+// changed must fail Check, not only that Open.
+func TestStore_CheckReadsThePendingChain(t *testing.T) {
+	e := fillEnv(t)
+	_, release := e.s.Pin()
+	e.update(func(tx *Tx) error {
+		return tx.Tree([]byte("t")).Put([]byte("k0000"), []byte("rewritten"))
+	})
+	e.checkpoint()
+	release()
+	if len(e.s.w.chain) == 0 {
+		t.Fatal("the checkpoint stored no pending-free list")
+	}
+	e.check()
+	id := e.s.w.chain[0]
+	if err := e.pf.Write(id, pageLeaf, (&node{leaf: true}).encode(make([]byte, nodeHeaderSize))); err != nil {
+		t.Fatal(err)
+	}
+	_, err := e.s.Check()
+	want := fmt.Sprintf("%s: page type %d, want %d", id, pageLeaf, pagePending)
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Check = %v, want ErrCorrupt naming %q", err, want)
+	}
+}

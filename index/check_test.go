@@ -158,6 +158,8 @@ func TestOpen_RejectsDamagedRootPage(t *testing.T) {
 		{"short", func(b []byte) []byte { return b[:rootSize-1] }, ErrCorrupt},
 		{"catalog beyond page count", func(b []byte) []byte { b[offRootCatalog+7] = 0x40; return b }, ErrCorrupt},
 		{"pending count without chain", func(b []byte) []byte { b[offRootPendingCount] = 3; return b }, ErrCorrupt},
+		// 2^61 IDs: the byte count wraps to 0, which an absent chain matches.
+		{"pending count beyond page count", func(b []byte) []byte { b[offRootPendingCount+7] = 0x20; return b }, ErrCorrupt},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

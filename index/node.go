@@ -155,6 +155,12 @@ func decodeNode(id pagefile.PageID, typ pagefile.PageType, p []byte) (*node, err
 	if !pg.leaf && cnt == 0 {
 		return nil, corruptf(id, "branch without children")
 	}
+	// Cells that overlap (each within the payload, keys in order) decode to
+	// a node larger than its page: the writer would re-encode it past its
+	// page buffer. An encoded node takes exactly its size.
+	if sz := n.size(); sz > len(p) {
+		return nil, corruptf(id, "cells of %d bytes overlap in a payload of %d", sz, len(p))
+	}
 	return n, nil
 }
 

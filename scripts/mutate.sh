@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Mutation check of the durable write path: applies, one at a time, a list
 # of deliberate breakages (a skipped fsync, a missing directory sync, a
-# relaxed recovery rule, ...) to a scratch copy of the tree and runs the
+# relaxed recovery rule, ...; and a few dropped checks of damage and lies:
+# the index's page checks, the free-list proof, DB.Check, Import,
+# compaction's choice of values) to a scratch copy of the tree and runs the
 # default test suite's relevant packages against each. Every mutation must
 # make a test fail; the script prints a table and exits 1 if one survived
 # or its anchor was not found.
@@ -156,6 +158,40 @@ m folded-never-split ordered.go \
 m ackasync-pending-ignored broker/ackasync.go \
   '_, acked := b.acks.pending[ackKey{d.id, seq}]' 'acked := false' \
   './broker' "AckAsync accepts a message whose AckAsync is still on its way (the second returns nil)"
+
+# ---- Damage and lies only the checks catch (no writer makes them): the
+# ---- index's page checks, the proof of a free list loaded from db.free,
+# ---- DB.Check's recount.
+m chain-link-type-unchecked index/chain.go \
+  'if t != typ {' 'if false && t != typ {' \
+  './index' "an overflow chain link of another page type (a pending-free page, a node) is read back as part of the value"
+m pending-entry-unbounded index/store.go \
+  'if pid < pagefile.FirstDataPage || uint64(pid) >= pc {' 'if false {' \
+  './index' "Open accepts a pending-free entry past the page count: every later Update fails freeing it"
+m node-overlapping-cells index/node.go \
+  'if sz := n.size(); sz > len(p) {' 'if sz := n.size(); false && sz > len(p) {' \
+  './index' "a leaf whose cells overlap decodes larger than its page: a delete from it panics at commit"
+m freetree-page-linked-twice index/btree.go \
+  $'\tif seen[root] {' $'\tif false {' \
+  './index' "DropTree of a damaged tree that links a page twice frees it twice: every later Update fails"
+m proof-first-page-of-range-only pagefile/proof.go \
+  'for id := p.Start; id < p.End(); id++ {' 'for id := p.Start; id < p.Start+1; id++ {' \
+  './pagefile' "AllocateRun proves only the first page of each loaded range in its run: live pages inside it are handed out"
+m proof-ioerror-gives-pages-back pagefile/proof.go \
+  $'\t\t\tif r.err != nil {\n\t\t\t\t// Proves nothing' $'\t\t\tif false {\n\t\t\t\t// Proves nothing' \
+  './pagefile' "a read error in the background proof gives the quarantined pages back to the free list, live ones included"
+m check-segrefs-extra-segment check.go \
+  'if len(stored) != len(counted) {' 'if false {' \
+  '.' "DB.Check passes a segment-references entry for a segment no value refers to (journal GC keeps it for ever)"
+m compact-moves-every-value compact.go \
+  'if !isRef || !cands[seg] {' 'if !isRef {' \
+  '.' "a compaction pass copies every value kept in the journal, not only those of the pinned segments"
+m import-tree-name-unchecked export.go \
+  $'\t\t\tif err := checkTreeName(name); err != nil {' $'\t\t\tif err := checkTreeName(name); err != nil && false {' \
+  '.' "Import creates a keyless tree whose name replay refuses (an engine tree, no namespace): the store fails Check"
+m readonly-stamp-ignores-names readonly.go \
+  'return s.state == o.state && slices.Equal(s.names, o.names)' 'return s.state == o.state && (len(s.names) >= 0 || slices.Equal(s.names, o.names))' \
+  '.' "a read-only open that failed while journal GC changed the directory (not the State) reports the failure instead of opening again"
 
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
