@@ -51,8 +51,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	})
 	out, ioErr := res.out, res.ioErr
 	if out == nil {
-		fmt.Fprintf(stderr, "kdbtool check: %s\n", errLine(ioErr))
-		return exitFor(ioErr)
+		return failed(stdout, stderr, "check", *asJSON, "", ioErr, exitFor(ioErr))
 	}
 	if *asJSON {
 		if writeJSON(stdout, out) != exitOK {

@@ -200,8 +200,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		return out, err == nil && len(out.Problems) == 0, err
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool inspect: %s\n", errLine(err))
-		return exitFor(err)
+		return failed(stdout, stderr, "inspect", *asJSON, "", err, exitFor(err))
 	}
 	code := exitOK
 	for _, p := range out.Problems {

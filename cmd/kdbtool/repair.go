@@ -47,6 +47,9 @@ type repairOut struct {
 	Recovery  map[string]any  `json:"recovery,omitempty"`
 	After     *repairAfterOut `json:"after,omitempty"`
 	OK        bool            `json:"ok"`
+	// Error: what stopped the repair after it made its plan (the report
+	// says what was done before it).
+	Error string `json:"error,omitempty"`
 }
 
 type repairAfterOut struct {
@@ -70,9 +73,9 @@ func runRepair(args []string, stdout, stderr io.Writer) int {
 	}
 	out, err := repairStore(dir, *apply, *rebuild, stderr)
 	if out == nil {
-		fmt.Fprintf(stderr, "kdbtool repair: %s\n", errLine(err))
-		return exitFor(err)
+		return failed(stdout, stderr, "repair", *asJSON, "", err, exitFor(err))
 	}
+	out.Error = errString(err)
 	if *asJSON {
 		if writeJSON(stdout, out) != exitOK {
 			return exitIO
