@@ -288,13 +288,14 @@ func inspectStore(dir string) (*inspectOut, error) {
 			fl.MatchesMeta, fl.FreePages, fl.Ranges = fo.MatchesMeta, fo.FreePages, fo.Ranges
 		}
 	}
-	// A writable open refuses a directory at either name (its
-	// checkpoints replace those files by renames); a read-only one does
-	// not mind it, so say so here.
-	for _, name := range []string{"db.free", "db.free.prev"} {
+	// A writable open refuses a directory at any of these names (its
+	// checkpoints write db.free.tmp and replace the others by renames); a
+	// read-only one does not mind it, so say so here.
+	for _, name := range []string{"db.free", "db.free.prev", "db.free.tmp"} {
 		if st, err := os.Stat(filepath.Join(dir, name)); err == nil && st.IsDir() {
 			out.Problems = append(out.Problems, problem{"error", "free_list", fmt.Sprintf(
-				"%s is a directory, not a free-list file: a writable open refuses the store; kdbtool repair --apply moves it aside", name)})
+				"%s is a directory, not a free-list file: it would fail every checkpoint, so a writable open refuses the store; kdbtool repair --apply moves it aside",
+				filepath.Join(dir, name))})
 		}
 	}
 	fl.LiedPages, fl.FirstLiedPage, fl.LieReason = in.Lies, uint64(in.FirstLie), in.LieReason

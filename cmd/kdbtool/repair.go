@@ -121,7 +121,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	var moved []repairAction
 	var notRegular []problem
 	saved := []string{} // JSON: an empty list, never null
-	for _, name := range []string{"db.redo", "db.free", "db.free.prev"} {
+	for _, name := range []string{"db.redo", "db.free", "db.free.prev", "db.free.tmp"} {
 		p := filepath.Join(dir, name)
 		st, err := os.Stat(p) // through a link, as kdb opens it
 		if err != nil || st.Mode().IsRegular() {
