@@ -192,11 +192,12 @@ func TestDecodeFreeFile_RoundTrip(t *testing.T) {
 }
 
 // TestFile_FreeListNameIsADirectory: a directory at db.free or
-// db.free.prev would fail the first checkpoint's rename, and the handle
-// with it, long after Open; a writable Open refuses it at once
+// db.free.prev would fail the first checkpoint's rename, and one at
+// db.free.tmp (where every checkpoint writes the new list) its create, and
+// the handle with it, long after Open; a writable Open refuses it at once
 // (ErrCorrupt naming it), a read-only one scans.
 func TestFile_FreeListNameIsADirectory(t *testing.T) {
-	for _, name := range []string{"/db/db.free", "/db/db.free.prev"} {
+	for _, name := range []string{"/db/db.free", "/db/db.free.prev", "/db/db.free.tmp"} {
 		mem := newBase(t, crashTestOpts, 5)
 		_ = mem.Remove(name)
 		if err := mem.MkdirAll(name, 0o700); err != nil {

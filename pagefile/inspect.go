@@ -49,6 +49,9 @@ type Inspection struct {
 	// list may be right about them, and only the index can tell (a page
 	// no tree reaches holds nothing).
 	DamagedLies uint64
+	// BeyondEnd counts those of Lies beyond the end of db.data (a page
+	// file cut short): missing, not in use.
+	BeyondEnd uint64
 }
 
 // SlotInfo describes one meta slot.
@@ -159,6 +162,9 @@ func Inspect(fsys vfs.FS, dir string) (*Inspection, error) {
 					in.Lies++
 					if errors.Is(err, ErrCorrupt) {
 						in.DamagedLies++
+					}
+					if errors.Is(err, errBeyondEnd) {
+						in.BeyondEnd++
 					}
 				}
 			}

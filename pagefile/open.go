@@ -92,10 +92,11 @@ func (o *opener) open() error {
 	f.mu.unwritten = make(map[PageID]struct{})
 
 	// The free list. Its files are replaced by renames at every
-	// checkpoint: a directory at either name would fail the first one,
+	// checkpoint, which writes the new one to db.free.tmp first: a
+	// directory at any of these names would fail the first checkpoint,
 	// and the handle with it, long after Open.
 	if !f.opts.ReadOnly && !rep.Created {
-		for _, name := range []string{f.freeName, f.freeName + prevSuffix} {
+		for _, name := range []string{f.freeName, f.freeName + prevSuffix, f.freeName + tmpSuffix} {
 			if _, isDir, err := f.fs.Stat(name); err == nil && isDir {
 				return fmt.Errorf("%w: %s is a directory, not a free-list file: move it out of the store's directory (kdbtool repair --apply moves it aside)", ErrCorrupt, name)
 			}

@@ -74,6 +74,10 @@ func (f *File) FreeListProof() FreeListProof {
 // PageFree page (or is not there at all).
 var errNotFree = errors.New("not stamped free")
 
+// errBeyondEnd marks (with errNotFree) a page beyond the end of db.data: a
+// cut page file, not a page in use.
+var errBeyondEnd = errors.New("beyond the end of the file")
+
 // proveFree returns nil if page id is stamped free on disk: its image (the
 // db.redo overlay of a read-only handle, else db.data) has an intact
 // checksum, its own ID and type PageFree. If it is not, the error wraps
@@ -92,7 +96,7 @@ func (f *File) proveFree(id PageID) error {
 		} else {
 			b = make([]byte, ps)
 			if err := readFull(f.data, b, off); errors.Is(err, io.ErrUnexpectedEOF) {
-				return fmt.Errorf("%w: %s@%d: %v: beyond the end of the file", errNotFree, f.dataName, off, id)
+				return fmt.Errorf("%w: %s@%d: %v: %w", errNotFree, f.dataName, off, id, errBeyondEnd)
 			} else if err != nil {
 				return fmt.Errorf("pagefile: read %s@%d: %v: %w", f.dataName, off, id, err)
 			}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -26,6 +28,12 @@ type checkOut struct {
 	Index          *kdb.CheckReport `json:"index,omitempty"`
 	JournalRecords int64            `json:"journal_records"`
 	JournalBytes   int64            `json:"journal_bytes"`
+	// JournalChecked: every record of the journal was read, which
+	// verifies each checksum and the chain; if not, JournalNotChecked
+	// says why (db.data could not be read, so the check stopped there;
+	// the journal could not be opened; an error stopped the read).
+	JournalChecked    bool   `json:"journal_checked"`
+	JournalNotChecked string `json:"journal_not_checked,omitempty"`
 	// incomplete: an error that is not damage (out of file descriptors,
 	// memory, a permission) stopped a part of the check (exit 3).
 	incomplete bool
@@ -51,8 +59,7 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	})
 	out, ioErr := res.out, res.ioErr
 	if out == nil {
-		fmt.Fprintf(stderr, "kdbtool check: %s\n", errLine(ioErr))
-		return exitFor(ioErr)
+		return failed(stdout, stderr, "check", *asJSON, "", ioErr, exitFor(ioErr))
 	}
 	if *asJSON {
 		if writeJSON(stdout, out) != exitOK {
@@ -99,14 +106,15 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 		for _, u := range r.Unfixable {
 			msg += "; cannot repair: " + u
 		}
-		out := &checkOut{Dir: dir, Problems: append([]problem{{"error", "pagefile", msg}}, r.Problems[1:]...)}
+		out := &checkOut{Dir: dir, Problems: append([]problem{{"error", "pagefile", msg}}, r.Problems[1:]...),
+			JournalNotChecked: dataNotRead(dir)}
 		return out, nil
 	}
 	if err != nil {
 		if !isCorrupt(err) {
 			return nil, err
 		}
-		out := &checkOut{Dir: dir, Problems: []problem{{"error", "pagefile", err.Error()}}}
+		out := &checkOut{Dir: dir, Problems: []problem{{"error", "pagefile", err.Error()}}, JournalNotChecked: dataNotRead(dir)}
 		return out, nil
 	}
 	out = &checkOut{Dir: dir, Problems: []problem{}}
@@ -128,9 +136,14 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 	}
 	if in.jerr != nil {
 		note("journal", in.jerr)
+		out.JournalNotChecked = "the journal cannot be opened (see the journal problem)"
 	} else if err := checkJournal(dir, out, stderr); err != nil {
 		out.Problems = append(out.Problems, readProblem("journal", err))
 		note("journal", err)
+		out.JournalNotChecked = fmt.Sprintf("an error stopped the read after %d records (%d payload bytes) (see the journal problem)",
+			out.JournalRecords, out.JournalBytes)
+	} else {
+		out.JournalChecked = true
 	}
 	out.Problems = dropRepeated(out.Problems)
 	out.OK = true
@@ -141,6 +154,16 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 		}
 	}
 	return out, ioErr
+}
+
+// dataNotRead is why check did not read the journal of dir when db.data
+// is missing or cannot be read: the check stops at the page file.
+func dataNotRead(dir string) string {
+	state := "db.data is missing"
+	if _, err := os.Lstat(filepath.Join(dir, "db.data")); err == nil {
+		state = "db.data cannot be read"
+	}
+	return state + ", and the check stops at the page file"
 }
 
 // dropRepeated drops an index problem that is the journal's damage found
@@ -238,7 +261,11 @@ func printCheck(w io.Writer, o *checkOut) {
 		fmt.Fprintf(w, "index: %d indexes, %d keys, depth %d; %d pages (%d reachable, %d free); %d journal values verified\n",
 			r.Indexes, r.Keys, r.Depth, r.Pages, r.ReachablePages, r.FreePages, r.JournalValues)
 	}
-	fmt.Fprintf(w, "journal: %d records (%d payload bytes) verified\n", o.JournalRecords, o.JournalBytes)
+	if o.JournalChecked {
+		fmt.Fprintf(w, "journal: %d records (%d payload bytes) verified\n", o.JournalRecords, o.JournalBytes)
+	} else {
+		fmt.Fprintf(w, "journal: not checked: %s\n", oneLine(o.JournalNotChecked))
+	}
 	printProblems(w, o.Problems)
 	switch {
 	case o.OK:

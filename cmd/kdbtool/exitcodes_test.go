@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/kdbtest"
 	"github.com/kdb-project/kdb/pagefile"
 	"github.com/kdb-project/kdb/vfs"
@@ -236,16 +238,122 @@ func TestExitCodes_SegmentNotRegular(t *testing.T) {
 
 // TestRecover_JSONWhenCloseFails: recover --json prints one JSON document
 // with the error when the store opened but its closing checkpoint failed
-// (here db.free.tmp is a directory, so db.free cannot be written), as it
-// does when the open fails; it printed nothing on stdout, and exit 3.
+// (here db.free.tmp is a symbolic link into a directory that does not
+// exist, so db.free cannot be written), as it does when the open fails; it
+// printed nothing on stdout, and exit 3.
 func TestRecover_JSONWhenCloseFails(t *testing.T) {
 	t.Parallel()
 	dir := makeStore(t, 100)
-	if err := os.Mkdir(filepath.Join(dir, "db.free.tmp"), 0o750); err != nil {
+	if err := os.Symlink(filepath.Join(t.TempDir(), "gone", "x"), filepath.Join(dir, "db.free.tmp")); err != nil {
 		t.Fatal(err)
 	}
 	code, out, errs := runTool(t, "recover", "--json", "--force-scan", dir)
-	if code != exitIO || !strings.Contains(out, `"error"`) || !strings.Contains(out, "db.free.tmp") {
+	if code != exitIO || !strings.Contains(out, `"error": "close: `) || !strings.Contains(out, "db.free.tmp") {
 		t.Errorf("recover --json: exit %d, want 3 and a JSON error naming db.free.tmp on stdout:\nstdout: %s\nstderr: %s", code, out, errs)
+	}
+}
+
+// TestJSON_ErrorBeforeReport: check, inspect and repair with --json print
+// one JSON document naming the error when they fail before their report
+// (no store there, a db.data that cannot be stat'ed or is a directory, a
+// live store for repair --apply), as recover does, with the exit codes
+// unchanged; they printed nothing on stdout.
+func TestJSON_ErrorBeforeReport(t *testing.T) {
+	t.Parallel()
+	loop := makeStore(t, 100)
+	if err := os.Rename(filepath.Join(loop, "db.data"), filepath.Join(loop, "db.data.moved")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("db.data", filepath.Join(loop, "db.data")); err != nil {
+		t.Fatal(err)
+	}
+	dirData := makeStore(t, 100)
+	if err := os.Remove(filepath.Join(dirData, "db.data")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dirData, "db.data"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	live := makeStore(t, 100)
+	db, err := kdb.Open(live, &kdb.Options{SegmentSize: testSegmentSize, CheckpointInterval: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	cases := []struct {
+		args []string
+		code int
+		says string
+	}{
+		{[]string{"check", "--json", filepath.Join(t.TempDir(), "none")}, exitIO, "is not a kdb store"},
+		{[]string{"inspect", "--json", filepath.Join(t.TempDir(), "none")}, exitIO, "is not a kdb store"},
+		{[]string{"repair", "--json", filepath.Join(t.TempDir(), "none")}, exitIO, "is not a kdb store"},
+		{[]string{"repair", "--json", "--apply", filepath.Join(t.TempDir(), "none")}, exitIO, "no such file"},
+		{[]string{"check", "--json", loop}, exitIO, "too many levels of symbolic links"},
+		{[]string{"inspect", "--json", loop}, exitIO, "too many levels of symbolic links"},
+		{[]string{"repair", "--json", loop}, exitIO, "too many levels of symbolic links"},
+		{[]string{"inspect", "--json", dirData}, exitProblems, "db.data is a directory"},
+		{[]string{"repair", "--json", dirData}, exitProblems, "db.data is a directory"},
+		{[]string{"repair", "--json", "--apply", live}, exitIO, "store is locked"},
+	}
+	for _, c := range cases {
+		code, out, errs := runTool(t, c.args...)
+		var m map[string]any
+		if err := json.Unmarshal([]byte(out), &m); err != nil {
+			t.Errorf("%q: exit %d, stdout not one JSON document: %v\nstdout: %s\nstderr: %s", c.args, code, err, out, errs)
+			continue
+		}
+		if e, _ := m["error"].(string); code != c.code || !strings.Contains(e, c.says) || m["corrupt"] != (c.code == exitProblems) {
+			t.Errorf("%q: exit %d, JSON %v; want exit %d and an error saying %q", c.args, code, m, c.code, c.says)
+		}
+	}
+	// A repair that fails once it has its plan prints its report, which
+	// names the error: here the temporary name of db.data's .broken copy
+	// is a directory.
+	dir := makeStore(t, 100)
+	if err := os.Remove(filepath.Join(dir, "db.free")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "db.data.broken.tmp"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	code, m := runJSON(t, "repair", "--json", "--apply", dir)
+	if e, _ := m["error"].(string); code != exitIO || !strings.Contains(e, "db.data.broken.tmp") || m["done"] != false {
+		t.Errorf("repair --apply failing to save db.data: exit %d, JSON %v; want exit 3, done false, an error naming db.data.broken.tmp", code, m)
+	}
+}
+
+// TestFreeListTempIsADirectory: a directory at db.free.tmp, where every
+// checkpoint writes the new free list, made every closing checkpoint fail
+// while check said ok. A writable open refuses it at once (ErrCorrupt
+// naming it: exit 1, nothing written), check reports it, and repair
+// --apply moves it aside (never deletes it), after which the store opens.
+func TestFreeListTempIsADirectory(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 100)
+	tmp := filepath.Join(dir, "db.free.tmp")
+	if err := os.Mkdir(tmp, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tmp, "mine"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, m := runJSON(t, "check", "--json", dir)
+	if code != exitProblems || !strings.Contains(jsonProblems(m), "db.free.tmp is a directory") {
+		t.Errorf("check: exit %d, want 1 naming db.free.tmp: %v", code, m["problems"])
+	}
+	if code, _, errs := runTool(t, "recover", "--force-scan", dir); code != exitProblems ||
+		!strings.Contains(errs, tmp+" is a directory") || strings.Contains(errs, "close:") {
+		t.Errorf("recover: exit %d, want 1, the open refusing %s:\n%s", code, tmp, errs)
+	}
+	code, m = runJSON(t, "repair", "--json", "--apply", dir)
+	if code != exitOK || !strings.Contains(fmt.Sprint(m["saved"]), "db.free.tmp.broken") {
+		t.Errorf("repair --apply: exit %d, want 0 with db.free.tmp saved aside: %v", code, m)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "db.free.tmp.broken", "mine")); err != nil {
+		t.Errorf("the directory moved aside lost what it held: %v", err)
+	}
+	if code, _, errs := runTool(t, "recover", dir); code != exitOK {
+		t.Errorf("recover after the repair: exit %d: %s", code, errs)
 	}
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb/internal/checksum"
+	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // lieFreeFile rewrites dir's db.free (FORMAT.md §2.5) keeping its
@@ -147,5 +149,49 @@ func TestFreeListLie_Recover(t *testing.T) {
 	code, out, _ = runTool(t, "recover", dir)
 	if code != exitOK || !strings.Contains(out, "free list LIED: ") || !strings.Contains(out, "none was written") {
 		t.Fatalf("recover (text): exit %d\n%s", code, out)
+	}
+}
+
+// TestFreeListLie_BeyondCutEnd: the pages a free list lists beyond the end
+// of a cut db.data are missing, not in use: the free_list problem says so
+// (it said "lists N pages in use as free"), and does not offer Open's
+// proof before use, which never runs on a store Open refuses.
+func TestFreeListLie_BeyondCutEnd(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 6000)
+	in, err := pagefile.Inspect(vfs.OS, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var first pagefile.PageID
+	for _, fi := range in.FreeFiles {
+		if fi.Name == "db.free" && fi.MatchesMeta && len(fi.Ranges) > 0 {
+			first = fi.Ranges[0].Start
+		}
+	}
+	if first == 0 {
+		t.Fatalf("db.free lists no free page: the test needs one")
+	}
+	if err := os.Truncate(filepath.Join(dir, "db.data"), int64(first)*int64(in.PageSize)); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range []string{"inspect", "check"} {
+		_, m := runJSON(t, cmd, "--json", dir)
+		var msg string
+		for _, p := range m["problems"].([]any) {
+			if p := p.(map[string]any); p["area"] == "free_list" {
+				msg, _ = p["message"].(string)
+			}
+		}
+		if strings.Contains(msg, "in use") || !strings.Contains(msg, "beyond the end of db.data") || strings.Contains(msg, "prove each page before use") {
+			t.Errorf("%s: free_list problem %q; want the pages said to be beyond the end of db.data, not in use", cmd, msg)
+		}
+		if cmd == "inspect" && jget(t, m, "free_list.beyond_end_lied_pages") != jget(t, m, "free_list.lied_pages") {
+			t.Errorf("inspect: beyond_end_lied_pages %v, lied_pages %v: want them equal", jget(t, m, "free_list.beyond_end_lied_pages"), jget(t, m, "free_list.lied_pages"))
+		}
+	}
+	code, out, _ := runTool(t, "inspect", dir)
+	if code != exitProblems || !strings.Contains(out, "listed pages are beyond the end of db.data") {
+		t.Errorf("inspect: exit %d, want 1 saying the listed pages are beyond the end of db.data:\n%s", code, out)
 	}
 }

@@ -105,6 +105,9 @@ type freeListOut struct {
 	// checksum or ID fails) rather than holding another page: the list
 	// may be right about them; check says whether a tree reaches them.
 	DamagedLiedPages uint64 `json:"damaged_lied_pages"`
+	// BeyondEndPages counts those of LiedPages beyond the end of a cut
+	// db.data: missing, not in use.
+	BeyondEndPages uint64 `json:"beyond_end_lied_pages"`
 }
 
 type redoOut struct {
@@ -200,8 +203,7 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 		return out, err == nil && len(out.Problems) == 0, err
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool inspect: %s\n", errLine(err))
-		return exitFor(err)
+		return failed(stdout, stderr, "inspect", *asJSON, "", err, exitFor(err))
 	}
 	code := exitOK
 	for _, p := range out.Problems {
@@ -289,17 +291,18 @@ func inspectStore(dir string) (*inspectOut, error) {
 			fl.MatchesMeta, fl.FreePages, fl.Ranges = fo.MatchesMeta, fo.FreePages, fo.Ranges
 		}
 	}
-	// A writable open refuses a directory at either name (its
-	// checkpoints replace those files by renames); a read-only one does
-	// not mind it, so say so here.
-	for _, name := range []string{"db.free", "db.free.prev"} {
+	// A writable open refuses a directory at any of these names (its
+	// checkpoints write db.free.tmp and replace the others by renames); a
+	// read-only one does not mind it, so say so here.
+	for _, name := range []string{"db.free", "db.free.prev", "db.free.tmp"} {
 		if st, err := os.Stat(filepath.Join(dir, name)); err == nil && st.IsDir() {
 			out.Problems = append(out.Problems, problem{"error", "free_list", fmt.Sprintf(
-				"%s is a directory, not a free-list file: a writable open refuses the store; kdbtool repair --apply moves it aside", name)})
+				"%s is a directory, not a free-list file: it would fail every checkpoint, so a writable open refuses the store; kdbtool repair --apply moves it aside",
+				filepath.Join(dir, name))})
 		}
 	}
 	fl.LiedPages, fl.FirstLiedPage, fl.LieReason = in.Lies, uint64(in.FirstLie), in.LieReason
-	fl.DamagedLiedPages = in.DamagedLies
+	fl.DamagedLiedPages, fl.BeyondEndPages = in.DamagedLies, in.BeyondEnd
 	switch {
 	case in.Lies > 0 && in.DamagedLies == in.Lies && !short:
 		// Damaged pages, not pages in use: a free page damaged on disk
@@ -370,6 +373,16 @@ func freeListLie(in *pagefile.Inspection, short bool) string {
 	fix := "rebuild it: kdbtool recover --force-scan, or kdbtool repair --apply"
 	if short {
 		fix = "a rebuild by a scan cannot help while db.data is shorter than its page count (see that problem)"
+	}
+	if in.BeyondEnd > 0 {
+		// Missing pages, not pages in use; and Open refuses the store
+		// before it could prove one.
+		what := fmt.Sprintf("%d pages beyond the end of db.data", in.Lies)
+		if in.BeyondEnd < in.Lies {
+			what = fmt.Sprintf("%d pages that are not free (%d beyond the end of db.data, %d in use or damaged)", in.Lies, in.BeyondEnd, in.Lies-in.BeyondEnd)
+		}
+		return fmt.Sprintf("%s lists %s as free (first %v: %s): db.data was cut short; %s",
+			in.TrustedFile, what, in.FirstLie, in.LieReason, fix)
 	}
 	return fmt.Sprintf("%s lists %d pages in use as free (first %v: %s); Open would trust it, prove each page before use and set the list aside at the first lie, writing none of them; %s",
 		in.TrustedFile, in.Lies, in.FirstLie, in.LieReason, fix)
@@ -554,6 +567,11 @@ func printInspect(w io.Writer, o *inspectOut) {
 		switch fl := o.FreeList; {
 		case fl.LiedPages > 0 && fl.DamagedLiedPages == fl.LiedPages:
 			fmt.Fprintf(w, ", which lists %d damaged pages (first page %d)", fl.LiedPages, fl.FirstLiedPage)
+		case fl.LiedPages > 0 && fl.BeyondEndPages == fl.LiedPages:
+			fmt.Fprintf(w, ", which LIES: %d listed pages are beyond the end of db.data (first page %d)", fl.LiedPages, fl.FirstLiedPage)
+		case fl.LiedPages > 0 && fl.BeyondEndPages > 0:
+			fmt.Fprintf(w, ", which LIES: %d listed pages are beyond the end of db.data, %d in use or damaged (first page %d)",
+				fl.BeyondEndPages, fl.LiedPages-fl.BeyondEndPages, fl.FirstLiedPage)
 		case fl.LiedPages > 0:
 			fmt.Fprintf(w, ", which LIES: %d listed pages are in use or damaged (first page %d)", fl.LiedPages, fl.FirstLiedPage)
 		}

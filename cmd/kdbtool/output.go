@@ -27,6 +27,19 @@ func writeJSON(w io.Writer, v any) int {
 	return exitOK
 }
 
+// failed prints the error of subcommand name that stopped it before its
+// report: one line on stderr and, with --json (asJSON), one JSON document
+// on stdout, {"error": what, "corrupt": isCorrupt(err)}, so that a script
+// that parses stdout always gets one. what is err's message after prefix
+// ("close: ", or ""). It returns code, the exit code.
+func failed(stdout, stderr io.Writer, name string, asJSON bool, prefix string, err error, code int) int {
+	fmt.Fprintf(stderr, "kdbtool %s: %s%s\n", name, prefix, errLine(err))
+	if asJSON {
+		writeJSON(stdout, map[string]any{"error": prefix + err.Error(), "corrupt": isCorrupt(err)})
+	}
+	return code
+}
+
 // isCorrupt reports whether err is about damaged bytes on disk (exit 1)
 // rather than an I/O or environment error (exit 3).
 func isCorrupt(err error) bool {

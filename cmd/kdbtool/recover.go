@@ -83,20 +83,12 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 		db, err = kdb.Open(dir, &kdb.Options{ForceFreeListScan: *forceScan, SkipDamagedJournal: *skip})
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool recover: %s\n", errLine(err))
-		if *asJSON {
-			writeJSON(stdout, map[string]any{"error": err.Error(), "corrupt": isCorrupt(err)})
-		}
-		return exitFor(err)
+		return failed(stdout, stderr, "recover", *asJSON, "", err, exitFor(err))
 	}
 	// Close waits for the checkpoint recovery asked for (or takes one), so
 	// the report read after it says whether and how long.
 	if err := db.Close(); err != nil {
-		fmt.Fprintf(stderr, "kdbtool recover: close: %s\n", errLine(err))
-		if *asJSON {
-			writeJSON(stdout, map[string]any{"error": "close: " + err.Error(), "corrupt": isCorrupt(err)})
-		}
-		return exitIO
+		return failed(stdout, stderr, "recover", *asJSON, "close: ", err, exitIO)
 	}
 	rep := db.Recovery()
 	if *asJSON {

@@ -47,6 +47,9 @@ type repairOut struct {
 	Recovery  map[string]any  `json:"recovery,omitempty"`
 	After     *repairAfterOut `json:"after,omitempty"`
 	OK        bool            `json:"ok"`
+	// Error: what stopped the repair after it made its plan (the report
+	// says what was done before it).
+	Error string `json:"error,omitempty"`
 }
 
 type repairAfterOut struct {
@@ -70,9 +73,9 @@ func runRepair(args []string, stdout, stderr io.Writer) int {
 	}
 	out, err := repairStore(dir, *apply, *rebuild, stderr)
 	if out == nil {
-		fmt.Fprintf(stderr, "kdbtool repair: %s\n", errLine(err))
-		return exitFor(err)
+		return failed(stdout, stderr, "repair", *asJSON, "", err, exitFor(err))
 	}
+	out.Error = errString(err)
 	if *asJSON {
 		if writeJSON(stdout, out) != exitOK {
 			return exitIO
@@ -118,7 +121,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	var moved []repairAction
 	var notRegular []problem
 	saved := []string{} // JSON: an empty list, never null
-	for _, name := range []string{"db.redo", "db.free", "db.free.prev"} {
+	for _, name := range []string{"db.redo", "db.free", "db.free.prev", "db.free.tmp"} {
 		p := filepath.Join(dir, name)
 		st, err := os.Stat(p) // through a link, as kdb opens it
 		if err != nil || st.Mode().IsRegular() {
@@ -215,6 +218,8 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 			out.Unfixable = append(out.Unfixable, fmt.Sprintf(
 				"cannot rebuild the index: the journal starts at %s, not db-1.log (older segments were removed after checkpoints), so it no longer holds every write%s",
 				first, skipDamagedHint(in)))
+		} else if why := dataLinkRefusal(dir); why != "" {
+			out.Unfixable = append(out.Unfixable, why)
 		} else {
 			out.Actions = []repairAction{{actRebuildIndex,
 				"move db.data, db.redo, db.free and db.free.prev aside as .broken and rebuild them by replaying the whole journal"}}
@@ -225,7 +230,9 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 			indexBroken = false
 		}
 	} else if indexBroken {
-		if ok, first := journalFromStart(in.Journal, in.jerr); ok {
+		if ok, _ := journalFromStart(in.Journal, in.jerr); ok && dataLinkRefusal(dir) != "" {
+			out.Unfixable = append(out.Unfixable, "the index or store is damaged; "+dataLinkRefusal(dir))
+		} else if ok, first := journalFromStart(in.Journal, in.jerr); ok {
 			out.Unfixable = append(out.Unfixable, "the index or store is damaged; rerun with --rebuild-index to rebuild it from the journal, which still begins at db-1.log")
 		} else {
 			out.Unfixable = append(out.Unfixable, fmt.Sprintf(
@@ -260,6 +267,25 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		lastSeg = in.Journal.Segments[n-1].Name
 	}
 	return carryOut(dir, out, lastSeg, in.PageSize, fsys, stderr)
+}
+
+// dataLinkRefusal is why the index of the store in dir cannot be rebuilt
+// when its db.data is a symbolic link (to a file on another disk), else "":
+// the rebuild moves db.data aside and creates a new one by a rename in dir,
+// which would replace the link with a regular file in the store's directory
+// and leave the file it points to as it was.
+func dataLinkRefusal(dir string) string {
+	p := filepath.Join(dir, "db.data")
+	if st, err := os.Lstat(p); err != nil || st.Mode()&os.ModeSymlink == 0 {
+		return ""
+	}
+	target, err := linkTarget(p)
+	if err != nil {
+		target = "(" + err.Error() + ")"
+	}
+	return fmt.Sprintf("cannot rebuild the index: db.data is a symbolic link to %s, and the rebuild creates a new db.data in %s, "+
+		"which would replace the link; replace the link by the file (move the file into %s, or the store to where the file is) and rerun",
+		target, dir, dir)
 }
 
 // skipDamagedHint is what to do about a store whose open fails because
@@ -304,6 +330,8 @@ func repairLostData(dir string, apply, rebuild bool, why error, fsys vfs.FS, std
 		out.Unfixable = append(out.Unfixable, fmt.Sprintf("%s and the journal starts at %s, not db-1.log "+
 			"(older segments were removed after checkpoints had written their changes to db.data), so it no longer holds "+
 			"every write and the index cannot be rebuilt from it: restore db.data from a backup", state, first))
+	case dataLinkRefusal(dir) != "":
+		out.Unfixable = append(out.Unfixable, state+"; "+dataLinkRefusal(dir))
 	case !rebuild:
 		out.Unfixable = append(out.Unfixable, state+"; the journal still begins at db-1.log, "+
 			"so rerun with --rebuild-index to rebuild db.data by replaying the whole journal")

@@ -137,3 +137,69 @@ func TestRepair_FailedSaveLeavesNoBrokenAndSaysNothingDone(t *testing.T) {
 		t.Fatalf("repair --apply without the limit: exit %d\n%s%s", code, out, errs)
 	}
 }
+
+// TestRepair_DataFileLinkKept: a db.data that is a symbolic link (to a
+// file on another disk) stays one. A repair that opens the store writes
+// through it; a rebuild of the index, which writes a new db.data by a
+// rename in the store's directory, replaced the link with a regular file
+// there (the file it pointed to kept the old bytes): it is refused, saying
+// why and what to do, and changes nothing, as the dry run says.
+func TestRepair_DataFileLinkKept(t *testing.T) {
+	t.Parallel()
+	link := func(t *testing.T) (dir, target string) {
+		dir = makeStore(t, 3000)
+		target = filepath.Join(t.TempDir(), "db.data")
+		if err := os.Rename(filepath.Join(dir, "db.data"), target); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(target, filepath.Join(dir, "db.data")); err != nil {
+			t.Fatal(err)
+		}
+		return dir, target
+	}
+	isLink := func(t *testing.T, p string) {
+		t.Helper()
+		if st, err := os.Lstat(p); err != nil || st.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("%s is no longer a symbolic link (%v)", p, err)
+		}
+	}
+
+	// A free-list rebuild opens the store: it writes through the link.
+	dir, _ := link(t)
+	if err := os.Remove(filepath.Join(dir, "db.free")); err != nil {
+		t.Fatal(err)
+	}
+	if code, m := runJSON(t, "repair", "--json", "--apply", dir); code != exitOK {
+		t.Errorf("repair --apply: exit %d: %v", code, m)
+	}
+	isLink(t, filepath.Join(dir, "db.data"))
+
+	// A rebuild of the index is refused, dry run or not.
+	dir, target := link(t)
+	before := fileStates(t, dir)
+	targetBefore, err := os.ReadFile(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--rebuild-index"}, {"--apply", "--rebuild-index"}} {
+		code, m := runJSON(t, append([]string{"repair", "--json"}, append(args, dir)...)...)
+		if u := jsonString(m["unfixable"]); code != exitProblems || !strings.Contains(u, "db.data is a symbolic link to "+target) {
+			t.Errorf("repair %v: exit %d, unfixable %q; want 1 refusing the rebuild over the link", args, code, u)
+		}
+	}
+	requireUntouched(t, "repair --apply --rebuild-index", before, fileStates(t, dir))
+	isLink(t, filepath.Join(dir, "db.data"))
+	if b, err := os.ReadFile(target); err != nil || !bytes.Equal(b, targetBefore) {
+		t.Errorf("the file db.data links to changed (%v)", err)
+	}
+
+	// So is one of a db.data the link leads to that cannot be read.
+	if err := os.Truncate(target, 0); err != nil {
+		t.Fatal(err)
+	}
+	code, m := runJSON(t, "repair", "--json", "--apply", "--rebuild-index", dir)
+	if u := jsonString(m["unfixable"]); code != exitProblems || !strings.Contains(u, "db.data is a symbolic link to "+target) {
+		t.Errorf("repair --apply --rebuild-index of an emptied db.data: exit %d, unfixable %q; want 1 refusing", code, u)
+	}
+	isLink(t, filepath.Join(dir, "db.data"))
+}

@@ -133,3 +133,57 @@ func jsonProblems(m map[string]any) string {
 	}
 	return b.String()
 }
+
+// TestCheck_JournalNotCheckedSaysSo: when check never reads the journal
+// (db.data is missing or cannot be read, or the journal cannot be
+// opened), it says the journal was not checked and why, in the human line
+// and the JSON (journal_checked false, journal_not_checked); it printed
+// "journal: 0 records (0 payload bytes) verified". A sound store's journal
+// is checked.
+func TestCheck_JournalNotCheckedSaysSo(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name   string
+		damage func(t *testing.T, dir string)
+		why    string
+	}{
+		{"db.data missing", func(t *testing.T, dir string) {
+			if err := os.Remove(filepath.Join(dir, "db.data")); err != nil {
+				t.Fatal(err)
+			}
+		}, "db.data is missing"},
+		{"db.data emptied", func(t *testing.T, dir string) {
+			if err := os.Truncate(filepath.Join(dir, "db.data"), 0); err != nil {
+				t.Fatal(err)
+			}
+		}, "db.data cannot be read"},
+		{"segment a directory", func(t *testing.T, dir string) {
+			seg := filepath.Join(dir, segments(t, dir)[0].ID.String())
+			if err := os.Remove(seg); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Mkdir(seg, 0o750); err != nil {
+				t.Fatal(err)
+			}
+		}, "the journal cannot be opened"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			dir := makeStore(t, 3000)
+			c.damage(t, dir)
+			code, out, _ := runTool(t, "check", dir)
+			if code != exitProblems || strings.Contains(out, "payload bytes) verified") || !strings.Contains(out, "journal: not checked: "+c.why) {
+				t.Errorf("check: exit %d, want 1 and \"journal: not checked: %s\":\n%s", code, c.why, out)
+			}
+			_, m := runJSON(t, "check", "--json", dir)
+			if why, _ := m["journal_not_checked"].(string); m["journal_checked"] != false || !strings.Contains(why, c.why) {
+				t.Errorf("check --json: journal_checked %v, journal_not_checked %v; want false and %q", m["journal_checked"], m["journal_not_checked"], c.why)
+			}
+		})
+	}
+	dir := makeStore(t, 300)
+	if code, m := runJSON(t, "check", "--json", dir); code != exitOK || m["journal_checked"] != true || m["journal_not_checked"] != nil {
+		t.Errorf("check --json of a sound store: exit %d, journal_checked %v, journal_not_checked %v", code, m["journal_checked"], m["journal_not_checked"])
+	}
+}
