@@ -62,7 +62,10 @@ func (db *DB) checkProgress(progress func(phase string, done uint64)) (*CheckRep
 	// After a lie of the loaded free list, pages set aside wait for the
 	// background proof: neither free nor known in use, they would look
 	// leaked.
-	db.pf.WaitFreeListProof()
+	if err := db.pf.WaitFreeListProof(); err != nil {
+		// Not damage: the pages it set aside would look leaked.
+		return nil, fmt.Errorf("kdb: check: the background proof of the free list stopped on a read error, so the pages it set aside cannot be told from leaked ones (the next Open scans): %w", err)
+	}
 	// Inside a View: Close keeps the page file mapped until the last
 	// running View returns, and the index check reads page slices of the
 	// mapping (run outside one, a Close meanwhile unmapped them: SIGSEGV).

@@ -107,6 +107,7 @@ type File struct {
 
 	proving   bool           // the background proof runs; guarded by mu
 	proofDone sync.Cond      // broadcast when proving becomes false; L is &mu.RWMutex
+	proofErr  error          // the read error that stopped the background proof; guarded by mu
 	proofWG   sync.WaitGroup // the background proof
 	proofStop atomic.Bool    // Close: stop the background proof
 }

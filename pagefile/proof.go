@@ -306,6 +306,7 @@ func (f *File) proveQuarantine() {
 		p := f.mu.proof
 		if done {
 			f.proving = false
+			f.proofErr = ioErr
 			f.proofDone.Broadcast()
 		}
 		f.unlockAndLog()
@@ -325,13 +326,16 @@ func (f *File) proveQuarantine() {
 // WaitFreeListProof waits until the background proof that follows a lie
 // of the loaded free list has finished (at once if none runs), so that
 // FreeRanges is exact again: until then the quarantined pages are neither
-// on the free list nor known to be in use.
-func (f *File) WaitFreeListProof() {
+// on the free list nor known to be in use. It returns the read error that
+// stopped the proof, if one did: then the pages still set aside stay so
+// for this handle's life, neither free nor known to be in use.
+func (f *File) WaitFreeListProof() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for f.proving {
 		f.proofDone.Wait()
 	}
+	return f.proofErr
 }
 
 // stopProof stops the background proof and waits for it. Set under f.mu,

@@ -1,6 +1,7 @@
 package pagefile
 
 import (
+	"errors"
 	"path/filepath"
 	"slices"
 	"sync/atomic"
@@ -106,7 +107,9 @@ func TestFile_ProofIOErrorKeepsPagesQuarantined(t *testing.T) {
 	}
 	failReads.Store(true)
 	close(release)
-	f.WaitFreeListProof()
+	if err := f.WaitFreeListProof(); !errors.Is(err, syscall.EIO) {
+		t.Errorf("WaitFreeListProof after a read error stopped the proof: %v, want EIO", err)
+	}
 	failReads.Store(false)
 	if p := f.FreeListProof(); p.Quarantined != 11 || freeListHas(f, 4) {
 		t.Fatalf("after a failed background proof: %+v, free list %v; want the 11 pages still quarantined", p, f.FreeRanges())
