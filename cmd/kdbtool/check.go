@@ -45,9 +45,9 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	dir, ok := oneArg(fs)
-	if !ok {
-		return exitUsage
+	dir, err := oneArg(fs)
+	if err != nil {
+		return argsFailed(fs, stdout, err)
 	}
 	type result struct {
 		out   *checkOut

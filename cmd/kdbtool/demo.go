@@ -51,21 +51,25 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	dir := "kdb-demo"
 	if fs.NArg() > 1 {
 		fs.Usage()
-		return exitUsage
+		return argsFailed(fs, stdout, fmt.Errorf("want at most one DIR argument, got %d", fs.NArg()))
 	}
 	if fs.NArg() == 1 {
-		if dir = fs.Arg(0); !pathArg(fs, "DIR", dir) {
-			return exitUsage
+		dir = fs.Arg(0)
+		if err := pathArg(fs, "DIR", dir); err != nil {
+			return argsFailed(fs, stdout, err)
 		}
 	}
-	if code := checkDemoSize(fs, *sizeMiB); code >= 0 {
+	if code := checkDemoSize(fs, stdout, *sizeMiB); code >= 0 {
 		return code
+	}
+	// fail prints an error that stops the demo before its report.
+	fail := func(prefix string, err error, code int) int {
+		return failed(stdout, stderr, "demo", *asJSON, prefix, err, code)
 	}
 	scanDir := dir + "-scan"
 	for _, d := range []string{dir, scanDir} {
 		if err := demoRemovable(d); err != nil {
-			fmt.Fprintf(stderr, "kdbtool demo: %s\n", errLine(err))
-			return exitUsage
+			return fail("", err, exitUsage)
 		}
 	}
 	// Each directory is removed under its store's lock, the one kdb.Open
@@ -80,8 +84,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	for _, d := range []string{dir, scanDir} {
 		lk, err := lockDemoDir(d)
 		if err != nil {
-			fmt.Fprintf(stderr, "kdbtool demo: %s\n", errLine(err))
-			return exitIO
+			return fail("", err, exitIO)
 		}
 		if lk != nil {
 			locks = append(locks, lk)
@@ -89,14 +92,12 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	for _, d := range []string{dir, scanDir} {
 		if err := os.RemoveAll(d); err != nil {
-			fmt.Fprintf(stderr, "kdbtool demo: %s\n", errLine(err))
-			return exitIO
+			return fail("", err, exitIO)
 		}
 	}
 	for _, lk := range locks {
 		if err := lk.Close(); err != nil {
-			fmt.Fprintf(stderr, "kdbtool demo: %s\n", errLine(err))
-			return exitIO
+			return fail("", err, exitIO)
 		}
 	}
 	locks = nil
@@ -109,25 +110,21 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	say("kdb demo: building a %d MiB store in %s with 4 writers, then SIGKILLing the writing process", *sizeMiB, dir)
 	kill, err := runAndKill(dir, *sizeMiB, *seed, stderr, say)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool demo: %s\n", errLine(err))
-		return exitIO
+		return fail("", err, exitIO)
 	}
 	// Keep a copy of the crashed state, so that the scan path runs on exactly
 	// the state the trusted path saw.
 	if err := copyDir(dir, scanDir); err != nil {
-		fmt.Fprintf(stderr, "kdbtool demo: copying the crashed store: %s\n", errLine(err))
-		return exitIO
+		return fail("copying the crashed store: ", err, exitIO)
 	}
 
 	trusted, missing, err := demoReopen(dir, false, kill.acked)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool demo: reopening %s: %s\n", dir, errLine(err))
-		return exitIO
+		return fail("reopening "+dir+": ", err, exitIO)
 	}
 	scanned, missingScan, err := demoReopen(scanDir, true, kill.acked)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool demo: reopening %s with a forced scan: %s\n", scanDir, errLine(err))
-		return exitIO
+		return fail("reopening "+scanDir+" with a forced scan: ", err, exitIO)
 	}
 	if *asJSON {
 		out := map[string]any{
@@ -170,11 +167,11 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 // file holds that much, so a larger value is a demo that runs for hours.
 const maxDemoMiB = 16 << 10
 
-// checkDemoSize returns exitUsage (having said why) for a --size-mib out
-// of [1, maxDemoMiB], else -1.
-func checkDemoSize(fs *flag.FlagSet, sizeMiB int) int {
+// checkDemoSize returns exitUsage (having said why: usageErr) for a
+// --size-mib out of [1, maxDemoMiB], else -1.
+func checkDemoSize(fs *flag.FlagSet, stdout io.Writer, sizeMiB int) int {
 	if sizeMiB < 1 || sizeMiB > maxDemoMiB {
-		return usageErr(fs, "--size-mib %d: want 1 to %d (16 GiB)", sizeMiB, maxDemoMiB)
+		return usageErr(fs, stdout, "--size-mib %d: want 1 to %d (16 GiB)", sizeMiB, maxDemoMiB)
 	}
 	return -1
 }
@@ -288,10 +285,10 @@ func runDemoChild(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 || fs.NArg() != 1 {
 		return exitUsage
 	}
-	if !pathArg(fs, "DIR", fs.Arg(0)) {
+	if pathArg(fs, "DIR", fs.Arg(0)) != nil {
 		return exitUsage
 	}
-	if code := checkDemoSize(fs, *sizeMiB); code >= 0 {
+	if code := checkDemoSize(fs, stdout, *sizeMiB); code >= 0 {
 		return code
 	}
 	db, err := kdb.Open(fs.Arg(0), demoOptions())

@@ -71,9 +71,9 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	dir, ok := oneArg(fs)
-	if !ok {
-		return exitUsage
+	dir, err := oneArg(fs)
+	if err != nil {
+		return argsFailed(fs, stdout, err)
 	}
 	n := 0
 	for _, s := range []string{*index, *queue, *topic} {
@@ -82,32 +82,29 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if *limit < 0 {
-		return usageErr(fs, "--limit %d: want 0 (all) or more", *limit)
+		return usageErr(fs, stdout, "--limit %d: want 0 (all) or more", *limit)
 	}
 	if n != 1 || (*sub != "" && *topic == "") || (*ns != "" && *index == "") {
-		fmt.Fprintf(stderr, "kdbtool dump: give exactly one of --index, --queue, --topic (--sub only with --topic, --ns only with --index)\n")
+		err := errors.New("give exactly one of --index, --queue, --topic (--sub only with --topic, --ns only with --index)")
+		fmt.Fprintf(stderr, "kdbtool dump: %s\n", err)
 		fs.Usage()
-		return exitUsage
+		return argsFailed(fs, stdout, err)
 	}
 	if err := storeExists(dir); err != nil {
-		fmt.Fprintf(stderr, "kdbtool dump: %s\n", errLine(err))
-		return exitFor(err)
+		return failed(stdout, stderr, "dump", *asJSON, "", err, exitFor(err))
 	}
 	var from []byte
 	var fromSeq uint64
-	var err error
 	if *index != "" {
 		from = []byte(*start)
 		if *hexKeys {
 			if from, err = hex.DecodeString(*start); err != nil {
-				fmt.Fprintf(stderr, "kdbtool dump: --start: %s\n", errLine(err))
-				return exitUsage
+				return failed(stdout, stderr, "dump", *asJSON, "--start: ", err, exitUsage)
 			}
 		}
 	} else if *start != "" {
 		if fromSeq, err = strconv.ParseUint(*start, 10, 64); err != nil {
-			fmt.Fprintf(stderr, "kdbtool dump: --start: %s\n", errLine(err))
-			return exitUsage
+			return failed(stdout, stderr, "dump", *asJSON, "--start: ", err, exitUsage)
 		}
 	}
 	max := *limit
@@ -128,17 +125,13 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		}
 		return out, err == nil, err
 	})
-	if errors.Is(err, kdb.ErrInvalid) { // a bad --ns
-		fmt.Fprintf(stderr, "kdbtool dump: %s\n", errLine(err))
-		return exitUsage
-	}
-	if errors.Is(err, kdb.ErrNotFound) {
-		fmt.Fprintf(stderr, "kdbtool dump: %s\n", errLine(err))
-		return exitProblems
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool dump: %s\n", errLine(err))
-		return exitFor(err)
+	switch {
+	case errors.Is(err, kdb.ErrInvalid): // a bad --ns
+		return failed(stdout, stderr, "dump", *asJSON, "", err, exitUsage)
+	case errors.Is(err, kdb.ErrNotFound):
+		return failed(stdout, stderr, "dump", *asJSON, "", err, exitProblems)
+	case err != nil:
+		return failed(stdout, stderr, "dump", *asJSON, "", err, exitFor(err))
 	}
 	if *asJSON {
 		return writeJSON(stdout, out)

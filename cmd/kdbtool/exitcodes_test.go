@@ -253,11 +253,15 @@ func TestRecover_JSONWhenCloseFails(t *testing.T) {
 	}
 }
 
-// TestJSON_ErrorBeforeReport: check, inspect and repair with --json print
-// one JSON document naming the error when they fail before their report
-// (no store there, a db.data that cannot be stat'ed or is a directory, a
-// live store for repair --apply), as recover does, with the exit codes
-// unchanged; they printed nothing on stdout.
+// TestJSON_ErrorBeforeReport: every subcommand that takes --json prints
+// one JSON document naming the error when it fails before its report (no
+// store there, a db.data that cannot be stat'ed or is a directory, a live
+// store where the command needs the lock, a bad argument after the flags
+// were parsed), {"error": ..., "corrupt": ...}, with the exit codes
+// unchanged. check, inspect, repair and recover printed nothing on stdout
+// then; dump, export, import, verify and demo still did. stress, whose
+// stdout is the list of acknowledged keys, prints its --json summary on
+// stderr, and so its error document too, instead of the human line.
 func TestJSON_ErrorBeforeReport(t *testing.T) {
 	t.Parallel()
 	loop := makeStore(t, 100)
@@ -274,38 +278,103 @@ func TestJSON_ErrorBeforeReport(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(dirData, "db.data"), 0o750); err != nil {
 		t.Fatal(err)
 	}
+	store := makeStore(t, 100)
 	live := makeStore(t, 100)
 	db, err := kdb.Open(live, &kdb.Options{SegmentSize: testSegmentSize, CheckpointInterval: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer db.Close()
+	acked := ackedFile(t)
+	garbage := filepath.Join(t.TempDir(), "garbage.kdbx")
+	if err := os.WriteFile(garbage, []byte("not an export at all"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	if err := os.WriteFile(filepath.Join(home, "notes.txt"), []byte("keep me"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	none := func() string { return filepath.Join(t.TempDir(), "none") }
 	cases := []struct {
-		args []string
-		code int
-		says string
+		args     []string
+		code     int
+		says     string
+		corrupt  bool
+		onStderr bool // stress: the JSON document is on stderr, stdout (the acknowledged keys) is empty
 	}{
-		{[]string{"check", "--json", filepath.Join(t.TempDir(), "none")}, exitIO, "is not a kdb store"},
-		{[]string{"inspect", "--json", filepath.Join(t.TempDir(), "none")}, exitIO, "is not a kdb store"},
-		{[]string{"repair", "--json", filepath.Join(t.TempDir(), "none")}, exitIO, "is not a kdb store"},
-		{[]string{"repair", "--json", "--apply", filepath.Join(t.TempDir(), "none")}, exitIO, "no such file"},
-		{[]string{"check", "--json", loop}, exitIO, "too many levels of symbolic links"},
-		{[]string{"inspect", "--json", loop}, exitIO, "too many levels of symbolic links"},
-		{[]string{"repair", "--json", loop}, exitIO, "too many levels of symbolic links"},
-		{[]string{"inspect", "--json", dirData}, exitProblems, "db.data is a directory"},
-		{[]string{"repair", "--json", dirData}, exitProblems, "db.data is a directory"},
-		{[]string{"repair", "--json", "--apply", live}, exitIO, "store is locked"},
+		{[]string{"check", "--json", none()}, exitIO, "is not a kdb store", false, false},
+		{[]string{"inspect", "--json", none()}, exitIO, "is not a kdb store", false, false},
+		{[]string{"repair", "--json", none()}, exitIO, "is not a kdb store", false, false},
+		{[]string{"repair", "--json", "--apply", none()}, exitIO, "no such file", false, false},
+		{[]string{"check", "--json", loop}, exitIO, "too many levels of symbolic links", false, false},
+		{[]string{"inspect", "--json", loop}, exitIO, "too many levels of symbolic links", false, false},
+		{[]string{"repair", "--json", loop}, exitIO, "too many levels of symbolic links", false, false},
+		{[]string{"inspect", "--json", dirData}, exitProblems, "db.data is a directory", true, false},
+		{[]string{"repair", "--json", dirData}, exitProblems, "db.data is a directory", true, false},
+		{[]string{"repair", "--json", "--apply", live}, exitIO, "store is locked", false, false},
+		// A bad argument once the flags are parsed.
+		{[]string{"check", "--json"}, exitUsage, "want one DIR", false, false},
+		{[]string{"inspect", "--json", store, store}, exitUsage, "want one DIR", false, false},
+		{[]string{"repair", "--json", ""}, exitUsage, "DIR is empty", false, false},
+		{[]string{"recover", "--json"}, exitUsage, "want one DIR", false, false},
+		// dump
+		{[]string{"dump", "--json", "--index", "users", none()}, exitIO, "is not a kdb store", false, false},
+		{[]string{"dump", "--json", "--index", "users", dirData}, exitProblems, "db.data is a directory", true, false},
+		{[]string{"dump", "--json", "--index", "users", loop}, exitIO, "too many levels of symbolic links", false, false},
+		{[]string{"dump", "--json", "--index", "nope", store}, exitProblems, "nope", false, false},
+		{[]string{"dump", "--json", "--index", "users", "--ns", "bad/ns", store}, exitUsage, "bad/ns", false, false},
+		{[]string{"dump", "--json", "--index", "users", "--hex", "--start", "zz", store}, exitUsage, "--start", false, false},
+		{[]string{"dump", "--json", "--queue", "q", "--start", "x", store}, exitUsage, "--start", false, false},
+		{[]string{"dump", "--json", "--index", "users", "--limit", "-1", store}, exitUsage, "--limit -1", false, false},
+		{[]string{"dump", "--json", "--index", "users", "--queue", "q", store}, exitUsage, "exactly one of", false, false},
+		{[]string{"dump", "--json", "--index", "users"}, exitUsage, "want one DIR", false, false},
+		// export
+		{[]string{"export", "--json", none(), filepath.Join(t.TempDir(), "x")}, exitIO, "is not a kdb store", false, false},
+		{[]string{"export", "--json", dirData, filepath.Join(t.TempDir(), "x")}, exitProblems, "db.data is a directory", true, false},
+		{[]string{"export", "--json", store, filepath.Join(none(), "x")}, exitIO, "no such file", false, false},
+		{[]string{"export", "--json", store}, exitUsage, "want DIR FILE", false, false},
+		{[]string{"export", "--json", store, ""}, exitUsage, "FILE is empty", false, false},
+		// import
+		{[]string{"import", "--json", garbage, store}, exitProblems, "already holds a store", false, false},
+		{[]string{"import", "--json", filepath.Join(t.TempDir(), "none.kdbx"), none()}, exitIO, "no such file", false, false},
+		{[]string{"import", "--json", garbage, none()}, exitProblems, "not a valid kdb export", true, false},
+		{[]string{"import", "--json", garbage}, exitUsage, "want FILE DIR", false, false},
+		// verify
+		{[]string{"verify", "--json", "--acked", acked, none()}, exitIO, "is not a kdb store", false, false},
+		{[]string{"verify", "--json", "--acked", acked, dirData}, exitProblems, "db.data is a directory", true, false},
+		{[]string{"verify", "--json", "--acked", acked, live}, exitIO, "store is locked", false, false},
+		{[]string{"verify", "--json", "--acked", filepath.Join(t.TempDir(), "none"), store}, exitIO, "no such file", false, false},
+		{[]string{"verify", "--json", store}, exitUsage, "--acked FILE is required", false, false},
+		{[]string{"verify", "--json", "--acked", acked, "--index", "", store}, exitUsage, "--index is empty", false, false},
+		// demo: refused before it removes or builds anything.
+		{[]string{"demo", "--json", home}, exitUsage, "not a store's file", false, false},
+		{[]string{"demo", "--json", "--size-mib", "0", none()}, exitUsage, "--size-mib 0", false, false},
+		{[]string{"demo", "--json", none(), none()}, exitUsage, "want at most one DIR", false, false},
+		{[]string{"demo", "--json", live}, exitIO, "store is locked", false, false},
+		// stress
+		{[]string{"stress", "--json", "--count", "3", dirData}, exitProblems, "db.data is a directory", true, true},
+		{[]string{"stress", "--json", "--count", "3", live}, exitIO, "store is locked", false, true},
 	}
 	for _, c := range cases {
 		code, out, errs := runTool(t, c.args...)
+		doc := out
+		if c.onStderr {
+			if out != "" {
+				t.Errorf("%q: stdout %q, want nothing (no key acknowledged)", c.args, out)
+			}
+			doc = errs
+		}
 		var m map[string]any
-		if err := json.Unmarshal([]byte(out), &m); err != nil {
-			t.Errorf("%q: exit %d, stdout not one JSON document: %v\nstdout: %s\nstderr: %s", c.args, code, err, out, errs)
+		if err := json.Unmarshal([]byte(doc), &m); err != nil {
+			t.Errorf("%q: exit %d, not one JSON document: %v\nstdout: %s\nstderr: %s", c.args, code, err, out, errs)
 			continue
 		}
-		if e, _ := m["error"].(string); code != c.code || !strings.Contains(e, c.says) || m["corrupt"] != (c.code == exitProblems) {
-			t.Errorf("%q: exit %d, JSON %v; want exit %d and an error saying %q", c.args, code, m, c.code, c.says)
+		if e, _ := m["error"].(string); code != c.code || !strings.Contains(e, c.says) || m["corrupt"] != c.corrupt {
+			t.Errorf("%q: exit %d, JSON %v; want exit %d, corrupt %v and an error saying %q", c.args, code, m, c.code, c.corrupt, c.says)
 		}
+	}
+	if b, err := os.ReadFile(filepath.Join(home, "notes.txt")); err != nil || string(b) != "keep me" {
+		t.Errorf("demo touched %s: %v", home, err)
 	}
 	// A repair that fails once it has its plan prints its report, which
 	// names the error: here the temporary name of db.data's .broken copy

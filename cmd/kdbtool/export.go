@@ -99,17 +99,18 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	if fs.NArg() != 2 {
-		fs.Usage()
-		return exitUsage
+	if err := nArgs(fs, "DIR", "FILE"); err != nil {
+		return argsFailed(fs, stdout, err)
 	}
 	dir, file := fs.Arg(0), fs.Arg(1)
-	if !pathArg(fs, "DIR", dir) || !pathArg(fs, "FILE", file) {
-		return exitUsage
+	if err := pathArg(fs, "DIR", dir); err != nil {
+		return argsFailed(fs, stdout, err)
+	}
+	if err := pathArg(fs, "FILE", file); err != nil {
+		return argsFailed(fs, stdout, err)
 	}
 	if err := storeExists(dir); err != nil {
-		fmt.Fprintf(stderr, "kdbtool export: %s\n", errLine(err))
-		return exitFor(err)
+		return failed(stdout, stderr, "export", *asJSON, "", err, exitFor(err))
 	}
 	// FILE a symbolic link (to a backup disk) names the file it points to:
 	// the snapshot is written beside that one and renamed over it, and the
@@ -118,13 +119,11 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	name := file
 	file, err := linkTarget(file)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool export: %s\n", errLine(err))
-		return exitIO
+		return failed(stdout, stderr, "export", *asJSON, "", err, exitIO)
 	}
 	stale, err := removeStaleExportTemps(file)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool export: %s\n", errLine(err))
-		return exitIO
+		return failed(stdout, stderr, "export", *asJSON, "", err, exitIO)
 	}
 	out, err := retryLive(dir, func() (*exportOut, bool, error) {
 		out := &exportOut{File: file, Version: 1, Warnings: []string{}}
@@ -143,8 +142,7 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 		return out, err == nil, err
 	})
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool export: %s\n", errLine(err))
-		return exitFor(err)
+		return failed(stdout, stderr, "export", *asJSON, "", err, exitFor(err))
 	}
 	if *asJSON {
 		return writeJSON(stdout, out)
@@ -295,22 +293,23 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	if fs.NArg() != 2 {
-		fs.Usage()
-		return exitUsage
+	if err := nArgs(fs, "FILE", "DIR"); err != nil {
+		return argsFailed(fs, stdout, err)
 	}
 	file, dir := fs.Arg(0), fs.Arg(1)
-	if !pathArg(fs, "FILE", file) || !pathArg(fs, "DIR", dir) {
-		return exitUsage
+	if err := pathArg(fs, "FILE", file); err != nil {
+		return argsFailed(fs, stdout, err)
+	}
+	if err := pathArg(fs, "DIR", dir); err != nil {
+		return argsFailed(fs, stdout, err)
 	}
 	if _, err := os.Stat(filepath.Join(dir, "db.data")); err == nil {
-		fmt.Fprintf(stderr, "kdbtool import: %s already holds a store; import creates a new one\n", dir)
-		return exitProblems
+		err := fmt.Errorf("%s already holds a store; import creates a new one", dir)
+		return failed(stdout, stderr, "import", *asJSON, "", err, exitProblems)
 	}
 	f, err := os.Open(file)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool import: %s\n", errLine(err))
-		return exitIO
+		return failed(stdout, stderr, "import", *asJSON, "", err, exitIO)
 	}
 	defer f.Close()
 	// kdb.Import builds the store in a temporary directory beside DIR and
@@ -329,23 +328,20 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	switch {
 	case err == nil:
 	case errors.Is(err, kdb.ErrCorrupt) || errors.Is(err, kdb.ErrVersionMismatch):
-		fmt.Fprintf(stderr, "kdbtool import: %s: %v: %s\n", file, errBadSnapshot, errLine(err))
-		return exitProblems
+		return failed(stdout, stderr, "import", *asJSON, file+": "+errBadSnapshot.Error()+": ", err, exitProblems)
 	case errors.Is(err, kdb.ErrNotEmpty):
-		fmt.Fprintf(stderr, "kdbtool import: %s; import creates a new store in a new or empty directory\n", errLine(err))
-		return exitProblems
+		err = fmt.Errorf("%w; import creates a new store in a new or empty directory", err)
+		return failed(stdout, stderr, "import", *asJSON, "", err, exitProblems)
 	case errors.Is(err, kdb.ErrLocked):
 		// Another import into DIR is running: DIR is in use, as a store
 		// that exists is (ErrNotEmpty above); this one touched nothing.
-		fmt.Fprintf(stderr, "kdbtool import: %s\n", errLine(err))
-		return exitProblems
+		return failed(stdout, stderr, "import", *asJSON, "", err, exitProblems)
 	case errors.Is(err, kdb.ErrInvalid):
-		fmt.Fprintf(stderr, "kdbtool import: %s\n", errLine(err))
+		failed(stdout, stderr, "import", *asJSON, "", err, exitUsage)
 		fs.Usage()
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "kdbtool import: %s: %s\n", file, errLine(err))
-		return exitFor(err)
+		return failed(stdout, stderr, "import", *asJSON, file+": ", err, exitFor(err))
 	}
 	out := &exportOut{File: file, Version: 1, Trees: rep.Trees, Keys: rep.Keys, Bytes: rep.Bytes, Warnings: warnings}
 	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
@@ -356,8 +352,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool import: %s\n", errLine(err))
-		return exitFor(err)
+		return failed(stdout, stderr, "import", *asJSON, "", err, exitFor(err))
 	}
 	if *asJSON {
 		return writeJSON(stdout, out)

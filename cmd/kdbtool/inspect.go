@@ -194,9 +194,9 @@ func runInspect(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	dir, ok := oneArg(fs)
-	if !ok {
-		return exitUsage
+	dir, err := oneArg(fs)
+	if err != nil {
+		return argsFailed(fs, stdout, err)
 	}
 	out, err := retryLive(dir, func() (*inspectOut, bool, error) {
 		out, err := inspectStore(dir)

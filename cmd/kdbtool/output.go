@@ -35,9 +35,35 @@ func writeJSON(w io.Writer, v any) int {
 func failed(stdout, stderr io.Writer, name string, asJSON bool, prefix string, err error, code int) int {
 	fmt.Fprintf(stderr, "kdbtool %s: %s%s\n", name, prefix, errLine(err))
 	if asJSON {
-		writeJSON(stdout, map[string]any{"error": prefix + err.Error(), "corrupt": isCorrupt(err)})
+		writeJSON(stdout, errorDoc(prefix, err))
 	}
 	return code
+}
+
+// errorDoc is the JSON document of an error that stopped a subcommand
+// before its report (failed): {"error": prefix + err's message, "corrupt":
+// isCorrupt(err)}.
+func errorDoc(prefix string, err error) map[string]any {
+	return map[string]any{"error": prefix + err.Error(), "corrupt": isCorrupt(err)}
+}
+
+// jsonSet reports whether fs's subcommand has a --json flag and it is set.
+func jsonSet(fs *flag.FlagSet) bool {
+	f := fs.Lookup("json")
+	return f != nil && f.Value.String() == "true"
+}
+
+// argsFailed ends fs's subcommand when its arguments are refused after its
+// flags were parsed (a missing or empty DIR, a flag's bad value): the
+// message and the usage are on stderr already (oneArg, pathArg, usageErr);
+// with --json it prints err's JSON document (errorDoc) on stdout too, as
+// failed does, so that a script that parses stdout gets one. It returns
+// exitUsage.
+func argsFailed(fs *flag.FlagSet, stdout io.Writer, err error) int {
+	if jsonSet(fs) {
+		writeJSON(stdout, errorDoc("", err))
+	}
+	return exitUsage
 }
 
 // isCorrupt reports whether err is about damaged bytes on disk (exit 1)
@@ -117,40 +143,56 @@ func (p *progress) done() {
 }
 
 // oneArg parses the single DIR argument of a subcommand (not empty: see
-// pathArg).
-func oneArg(fs *flag.FlagSet) (string, bool) {
+// pathArg). A usage error is said on fs's output (the usage) and returned
+// (for argsFailed).
+func oneArg(fs *flag.FlagSet) (string, error) {
 	if fs.NArg() != 1 {
 		fs.Usage()
-		return "", false
+		return "", fmt.Errorf("want one DIR argument, got %d", fs.NArg())
 	}
-	if !pathArg(fs, "DIR", fs.Arg(0)) {
-		return "", false
+	if err := pathArg(fs, "DIR", fs.Arg(0)); err != nil {
+		return "", err
 	}
-	return fs.Arg(0), true
+	return fs.Arg(0), nil
 }
 
-// pathArg reports whether p, the positional argument what (DIR, FILE) of
+// nArgs checks that fs's subcommand got the positional arguments names
+// (DIR, FILE), in that order: another count is a usage error, said on fs's
+// output (the usage) and returned (for argsFailed).
+func nArgs(fs *flag.FlagSet, names ...string) error {
+	if fs.NArg() != len(names) {
+		fs.Usage()
+		return fmt.Errorf("want %s, got %d arguments", strings.Join(names, " "), fs.NArg())
+	}
+	return nil
+}
+
+// pathArg returns nil if p, the positional argument what (DIR, FILE) of
 // fs's subcommand, is a path. An empty one is a usage error, said on fs's
-// output: the file system would take it for the current directory.
-func pathArg(fs *flag.FlagSet, what, p string) bool {
+// output (with the usage) and returned: the file system would take it for
+// the current directory.
+func pathArg(fs *flag.FlagSet, what, p string) error {
 	if p != "" {
-		return true
+		return nil
 	}
 	hint := "name a file"
 	if what == "DIR" {
 		hint = "name a directory (. for the current one)"
 	}
-	fmt.Fprintf(fs.Output(), "kdbtool %s: %s is empty: %s\n", fs.Name(), what, hint)
+	err := fmt.Errorf("%s is empty: %s", what, hint)
+	fmt.Fprintf(fs.Output(), "kdbtool %s: %s\n", fs.Name(), err)
 	fs.Usage()
-	return false
+	return err
 }
 
 // usageErr prints a usage error of fs's subcommand about one flag's value
-// and the subcommand's usage, and returns exitUsage.
-func usageErr(fs *flag.FlagSet, format string, a ...any) int {
-	fmt.Fprintf(fs.Output(), "kdbtool %s: %s\n", fs.Name(), fmt.Sprintf(format, a...))
+// and the subcommand's usage, and with --json its JSON document on stdout
+// (argsFailed); it returns exitUsage.
+func usageErr(fs *flag.FlagSet, stdout io.Writer, format string, a ...any) int {
+	err := fmt.Errorf(format, a...)
+	fmt.Fprintf(fs.Output(), "kdbtool %s: %s\n", fs.Name(), err)
 	fs.Usage()
-	return exitUsage
+	return argsFailed(fs, stdout, err)
 }
 
 // oneLine returns s as one line of human output: errors.Join (the page

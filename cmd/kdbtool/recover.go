@@ -73,11 +73,11 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	dir, ok := oneArg(fs)
-	if !ok {
-		return exitUsage
+	dir, err := oneArg(fs)
+	if err != nil {
+		return argsFailed(fs, stdout, err)
 	}
-	err := storeExists(dir)
+	err = storeExists(dir)
 	var db *kdb.DB
 	if err == nil {
 		db, err = kdb.Open(dir, &kdb.Options{ForceFreeListScan: *forceScan, SkipDamagedJournal: *skip})

@@ -67,9 +67,9 @@ func runRepair(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	dir, ok := oneArg(fs)
-	if !ok {
-		return exitUsage
+	dir, err := oneArg(fs)
+	if err != nil {
+		return argsFailed(fs, stdout, err)
 	}
 	out, err := repairStore(dir, *apply, *rebuild, stderr)
 	if out == nil {

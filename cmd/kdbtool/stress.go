@@ -116,24 +116,26 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	dir, ok := oneArg(fs)
-	if !ok {
+	// stdout is the list of acknowledged keys: a usage error prints none
+	// (and with --json no document: stderr holds the usage).
+	dir, err := oneArg(fs)
+	if err != nil {
 		return exitUsage
 	}
 	switch {
 	case *size < 0 || *size > kdb.MaxValueSize:
-		return usageErr(fs, "--size %d: want 0 to %d bytes (kdb.MaxValueSize)", *size, kdb.MaxValueSize)
+		return usageErr(fs, io.Discard, "--size %d: want 0 to %d bytes (kdb.MaxValueSize)", *size, kdb.MaxValueSize)
 	case *writers < 1 || *writers > maxStressWriters:
-		return usageErr(fs, "--writers %d: want 1 to %d", *writers, maxStressWriters)
+		return usageErr(fs, io.Discard, "--writers %d: want 1 to %d", *writers, maxStressWriters)
 	case *count < 0:
-		return usageErr(fs, "--count %d: want 0 (until --duration or a signal) or more", *count)
+		return usageErr(fs, io.Discard, "--count %d: want 0 (until --duration or a signal) or more", *count)
 	case *duration < 0:
-		return usageErr(fs, "--duration %v: want 0 (until --count or a signal) or more", *duration)
+		return usageErr(fs, io.Discard, "--duration %v: want 0 (until --count or a signal) or more", *duration)
 	case *segSize != 0 && (*segSize < minSegmentSize || *segSize > maxSegmentSize):
-		return usageErr(fs, "--segment-size %d: want 0 (the default, 32 MiB) or %d (64 KiB) to %d (1 GiB)",
+		return usageErr(fs, io.Discard, "--segment-size %d: want 0 (the default, 32 MiB) or %d (64 KiB) to %d (1 GiB)",
 			*segSize, minSegmentSize, maxSegmentSize)
 	case *index == "":
-		return usageErr(fs, "--index is empty: name the index to write to")
+		return usageErr(fs, io.Discard, "--index is empty: name the index to write to")
 	}
 	if *count == 0 && *duration == 0 {
 		*count = 1000
@@ -142,19 +144,28 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	rand.Read(rb[:])
 	runID := hex.EncodeToString(rb[:])
 
+	// fail prints an error that stops stress before it writes: with
+	// --json as one JSON document on stderr, where the summary goes
+	// (errorDoc, as failed prints on stdout for the other subcommands).
+	fail := func(err error, code int) int {
+		if *asJSON {
+			writeJSON(stderr, errorDoc("", err))
+		} else {
+			fmt.Fprintf(stderr, "kdbtool stress: %s\n", errLine(err))
+		}
+		return code
+	}
 	if st, err := os.Stat(filepath.Join(dir, "db.data")); err == nil {
 		if err := dataFileKind(dir, st); err != nil {
-			fmt.Fprintf(stderr, "kdbtool stress: %s\n", errLine(err))
-			return exitFor(err)
+			return fail(err, exitFor(err))
 		}
 	}
 	db, err := kdb.Open(dir, &kdb.Options{SegmentSize: *segSize})
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool stress: %s\n", errLine(err))
 		if errors.Is(err, kdb.ErrInvalid) {
-			return exitUsage // an option the checks above let through
+			return fail(err, exitUsage) // an option the checks above let through
 		}
-		return exitFor(err)
+		return fail(err, exitFor(err))
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -248,24 +259,20 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
-	dir, ok := oneArg(fs)
-	if !ok {
-		return exitUsage
+	dir, err := oneArg(fs)
+	if err != nil {
+		return argsFailed(fs, stdout, err)
 	}
 	if *ackedPath == "" {
-		fmt.Fprintf(stderr, "kdbtool verify: --acked FILE is required\n")
-		fs.Usage()
-		return exitUsage
+		return usageErr(fs, stdout, "--acked FILE is required")
 	}
 	if *index == "" {
-		return usageErr(fs, "--index is empty: name the index stress wrote to")
+		return usageErr(fs, stdout, "--index is empty: name the index stress wrote to")
 	}
 	f := os.Stdin
 	if *ackedPath != "-" {
-		var err error
 		if f, err = os.Open(*ackedPath); err != nil {
-			fmt.Fprintf(stderr, "kdbtool verify: %s\n", errLine(err))
-			return exitIO
+			return failed(stdout, stderr, "verify", *asJSON, "", err, exitIO)
 		}
 		defer f.Close()
 	}
@@ -277,19 +284,17 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	// is read to its end first.
 	in, grown, err := ackedBeforeOpen(f)
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool verify: reading %s: %s\n", *ackedPath, errLine(err))
-		return exitIO
+		return failed(stdout, stderr, "verify", *asJSON, "reading "+*ackedPath+": ", err, exitIO)
 	}
 	if err := storeExists(dir); err != nil {
-		fmt.Fprintf(stderr, "kdbtool verify: %s\n", errLine(err))
-		return exitFor(err) // a store that lost db.data is ErrCorrupt: 1, as for check and recover
+		// A store that lost db.data is ErrCorrupt: 1, as for check and recover.
+		return failed(stdout, stderr, "verify", *asJSON, "", err, exitFor(err))
 	}
 	// By default verify opens the store as the application would after a
 	// crash: recovery runs (and is reported on stderr).
 	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: *readOnly})
 	if err != nil {
-		fmt.Fprintf(stderr, "kdbtool verify: %s\n", errLine(err))
-		return exitFor(err)
+		return failed(stdout, stderr, "verify", *asJSON, "", err, exitFor(err))
 	}
 	defer db.Close()
 	if !*readOnly {
@@ -323,14 +328,12 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		case errIsNotFound(err):
 			out.Missing = append(out.Missing, key)
 		default:
-			fmt.Fprintf(stderr, "kdbtool verify: %s: %s\n", key, errLine(err))
-			return exitFor(err)
+			return failed(stdout, stderr, "verify", *asJSON, key+": ", err, exitFor(err))
 		}
 	}
 	p.done()
 	if err := sc.Err(); err != nil {
-		fmt.Fprintf(stderr, "kdbtool verify: reading %s: %s\n", *ackedPath, errLine(err))
-		return exitIO
+		return failed(stdout, stderr, "verify", *asJSON, "reading "+*ackedPath+": ", err, exitIO)
 	}
 	out.OK = len(out.Missing) == 0 && len(out.Mismatched) == 0
 	if *asJSON {
