@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"syscall"
 
 	"github.com/kdb-project/kdb/internal/invariants"
 	"github.com/kdb-project/kdb/vfs"
@@ -379,9 +380,13 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, redoDirSync bool) (*v
 // checkpoint, whose free list is then in db.free (crash before the renames
 // are durable) or db.free.prev (after): either way Open can trust one.
 // On return both names are durable.
+//
+// db.free.tmp is opened with O_NOFOLLOW: a symbolic link there (Open
+// refuses one; this is for one planted later) fails the checkpoint and is
+// never written through, which could write outside the store's directory.
 func (f *File) writeFreeFile(data []byte) error {
 	tmp := f.freeName + tmpSuffix
-	file, err := f.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	file, err := f.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("pagefile: create %s: %w", tmp, err)
 	}

@@ -217,6 +217,81 @@ func TestFile_FreeListNameIsADirectory(t *testing.T) {
 	}
 }
 
+// TestFile_FreeListTempNotRegular: a FIFO or a symbolic link at
+// db.free.tmp, where every checkpoint writes the new free list, is refused
+// by a writable Open as ErrCorrupt naming it, as a directory there is: a
+// checkpoint through the link wrote outside the store's directory (then
+// renamed the link to db.free), and one at a FIFO failed the handle long
+// after Open. A read-only Open writes nothing and does not mind it. A link
+// planted there after Open fails the checkpoint and is never followed.
+func TestFile_FreeListTempNotRegular(t *testing.T) {
+	for _, kind := range []string{"FIFO", "symlink", "dangling symlink"} {
+		dir := t.TempDir()
+		outside := filepath.Join(t.TempDir(), "outside")
+		if err := os.WriteFile(outside, []byte("not the store's"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		gone := filepath.Join(t.TempDir(), "gone")
+		opts := Options{FS: vfs.OS}
+		f, _, err := Open(dir, opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		tmp := filepath.Join(dir, "db.free.tmp")
+		switch kind {
+		case "FIFO":
+			err = syscall.Mkfifo(tmp, 0o600)
+		case "symlink":
+			err = os.Symlink(outside, tmp)
+		default:
+			err = os.Symlink(gone, tmp)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f, _, err := Open(dir, opts); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), tmp+" is a") {
+			if err == nil {
+				_ = f.Close()
+			}
+			t.Errorf("db.free.tmp a %s: Open: %v, want ErrCorrupt naming it", kind, err)
+		}
+		ro := opts
+		ro.ReadOnly = true
+		if f, _, err := Open(dir, ro); err != nil {
+			t.Errorf("db.free.tmp a %s: read-only Open: %v", kind, err)
+		} else {
+			_ = f.Close()
+		}
+		if kind != "FIFO" {
+			// Planted after Open: the checkpoint fails, writing nothing
+			// through it.
+			if err := os.Remove(tmp); err != nil {
+				t.Fatal(err)
+			}
+			f, _, err := Open(dir, opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Symlink(map[bool]string{true: outside, false: gone}[kind == "symlink"], tmp); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Checkpoint(MetaUpdate{}); err == nil || !strings.Contains(err.Error(), tmp) {
+				t.Errorf("db.free.tmp a %s planted after Open: Checkpoint: %v, want an error naming it", kind, err)
+			}
+			_ = f.Close()
+		}
+		if b, err := os.ReadFile(outside); err != nil || string(b) != "not the store's" {
+			t.Errorf("db.free.tmp a %s: the file outside the store was written: %q, %v", kind, b, err)
+		}
+		if _, err := os.Lstat(gone); !os.IsNotExist(err) {
+			t.Errorf("db.free.tmp a %s: a file was created outside the store: %v", kind, err)
+		}
+	}
+}
+
 // TestFile_RedoNameNotRegular: a directory or a FIFO at db.redo holds no
 // redo batch: every Open, writable or read-only, refuses it as ErrCorrupt
 // naming it (it was an I/O error, which kdbtool could only report, exit

@@ -94,12 +94,20 @@ func (o *opener) open() error {
 	// The free list. Its files are replaced by renames at every
 	// checkpoint, which writes the new one to db.free.tmp first: a
 	// directory at any of these names would fail the first checkpoint,
-	// and the handle with it, long after Open.
+	// and the handle with it, long after Open. At db.free.tmp anything but
+	// a regular file is refused, a symbolic link not followed: a FIFO
+	// fails the checkpoint as a directory does, and a link would have it
+	// write outside the store's directory (writeFreeFile never follows
+	// one; this says so at once).
 	if !f.opts.ReadOnly && !rep.Created {
-		for _, name := range []string{f.freeName, f.freeName + prevSuffix, f.freeName + tmpSuffix} {
+		for _, name := range []string{f.freeName, f.freeName + prevSuffix} {
 			if _, isDir, err := f.fs.Stat(name); err == nil && isDir {
 				return fmt.Errorf("%w: %s is a directory, not a free-list file: move it out of the store's directory (kdbtool repair --apply moves it aside)", ErrCorrupt, name)
 			}
+		}
+		tmp := f.freeName + tmpSuffix
+		if typ, err := vfs.LType(f.fs, tmp); err == nil && !typ.IsRegular() {
+			return fmt.Errorf("%w: %s is %s, not a free-list file: move it out of the store's directory (kdbtool repair --apply moves it aside)", ErrCorrupt, tmp, fileKind(typ))
 		}
 	}
 	t = time.Now()
@@ -431,4 +439,24 @@ func (o *opener) loadFreeFile(name string, meta Meta) (*freeList, string) {
 		return nil, fmt.Sprintf("db.free page count %d != meta %d", ff.pageCount, meta.PageCount)
 	}
 	return ff.toFreeList(), ""
+}
+
+// fileKind names the kind of file typ (type bits, as vfs.LType returns
+// them) is, for an error: "a directory", "a symbolic link", "a FIFO".
+func fileKind(typ os.FileMode) string {
+	switch {
+	case typ.IsRegular():
+		return "a regular file"
+	case typ.IsDir():
+		return "a directory"
+	case typ&os.ModeSymlink != 0:
+		return "a symbolic link"
+	case typ&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case typ&os.ModeSocket != 0:
+		return "a socket"
+	case typ&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "a " + typ.String()
 }

@@ -75,6 +75,15 @@ func (osFS) Stat(name string) (int64, bool, error) {
 	return fi.Size(), fi.IsDir(), nil
 }
 
+// LType lstats name: its type bits, a symbolic link not followed.
+func (osFS) LType(name string) (fs.FileMode, error) {
+	fi, err := os.Lstat(name)
+	if err != nil {
+		return 0, err
+	}
+	return fi.Mode().Type(), nil
+}
+
 // SyncDir opens dir read-only and fsyncs it.
 func (osFS) SyncDir(dir string) error {
 	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)

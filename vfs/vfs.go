@@ -104,6 +104,30 @@ type DirLocker interface {
 	LockDir(dir string) (Locker, error)
 }
 
+// TypeStater is implemented by file systems that can say what a name is
+// without following a symbolic link at it (OS: lstat): its type bits
+// (os.ModeDir, os.ModeSymlink, os.ModeNamedPipe, ...; 0 for a regular
+// file). LType uses it.
+type TypeStater interface {
+	LType(name string) (os.FileMode, error)
+}
+
+// LType returns the type bits of name itself, a symbolic link not followed
+// (0 for a regular file), where fsys is a TypeStater (OS); another FS (the
+// in-memory one, which has neither links nor FIFOs, a test's hooks) says
+// only whether it is a directory (os.ModeDir), by Stat. A missing name
+// gives an error satisfying errors.Is(err, fs.ErrNotExist).
+func LType(fsys FS, name string) (os.FileMode, error) {
+	if ts, ok := fsys.(TypeStater); ok {
+		return ts.LType(name)
+	}
+	_, isDir, err := fsys.Stat(name)
+	if err != nil || !isDir {
+		return 0, err
+	}
+	return os.ModeDir, nil
+}
+
 // Locker is a held lock.
 type Locker interface {
 	Close() error

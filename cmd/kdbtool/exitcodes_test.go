@@ -2,8 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -238,18 +240,31 @@ func TestExitCodes_SegmentNotRegular(t *testing.T) {
 
 // TestRecover_JSONWhenCloseFails: recover --json prints one JSON document
 // with the error when the store opened but its closing checkpoint failed
-// (here db.free.tmp is a symbolic link into a directory that does not
-// exist, so db.free cannot be written), as it does when the open fails; it
-// printed nothing on stdout, and exit 3.
+// (here a symbolic link planted at db.free.tmp once the store is open, in a
+// child process, so db.free cannot be written: the checkpoint never
+// follows it), as it does when the open fails; it printed nothing on
+// stdout, and exit 3.
 func TestRecover_JSONWhenCloseFails(t *testing.T) {
 	t.Parallel()
 	dir := makeStore(t, 100)
-	if err := os.Symlink(filepath.Join(t.TempDir(), "gone", "x"), filepath.Join(dir, "db.free.tmp")); err != nil {
+	outside := filepath.Join(t.TempDir(), "outside")
+	cmd := exec.Command(os.Args[0], "recover", "--json", "--force-scan", dir)
+	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1", "KDBTOOL_TEST_PLANT_FREE_TMP="+outside)
+	var out, errs strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errs
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+	} else if err != nil {
 		t.Fatal(err)
 	}
-	code, out, errs := runTool(t, "recover", "--json", "--force-scan", dir)
-	if code != exitIO || !strings.Contains(out, `"error": "close: `) || !strings.Contains(out, "db.free.tmp") {
-		t.Errorf("recover --json: exit %d, want 3 and a JSON error naming db.free.tmp on stdout:\nstdout: %s\nstderr: %s", code, out, errs)
+	if code != exitIO || !strings.Contains(out.String(), `"error": "close: `) || !strings.Contains(out.String(), "db.free.tmp") {
+		t.Errorf("recover --json: exit %d, want 3 and a JSON error naming db.free.tmp on stdout:\nstdout: %s\nstderr: %s", code, out.String(), errs.String())
+	}
+	if _, err := os.Lstat(outside); !os.IsNotExist(err) {
+		t.Errorf("the closing checkpoint wrote through the link at db.free.tmp: %v", err)
 	}
 }
 
@@ -392,37 +407,79 @@ func TestJSON_ErrorBeforeReport(t *testing.T) {
 	}
 }
 
-// TestFreeListTempIsADirectory: a directory at db.free.tmp, where every
-// checkpoint writes the new free list, made every closing checkpoint fail
+// TestFreeListTempNotRegular: a directory, a FIFO or a symbolic link at
+// db.free.tmp, where every checkpoint writes the new free list, made every
+// closing checkpoint fail (a link: write outside the store's directory)
 // while check said ok. A writable open refuses it at once (ErrCorrupt
-// naming it: exit 1, nothing written), check reports it, and repair
-// --apply moves it aside (never deletes it), after which the store opens.
-func TestFreeListTempIsADirectory(t *testing.T) {
+// naming it: exit 1, nothing written), check and inspect report it, and
+// repair --apply moves it aside (never deletes it or what it holds, never
+// follows the link), after which the store opens.
+func TestFreeListTempNotRegular(t *testing.T) {
 	t.Parallel()
-	dir := makeStore(t, 100)
-	tmp := filepath.Join(dir, "db.free.tmp")
-	if err := os.Mkdir(tmp, 0o750); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(tmp, "mine"), []byte("x"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	code, m := runJSON(t, "check", "--json", dir)
-	if code != exitProblems || !strings.Contains(jsonProblems(m), "db.free.tmp is a directory") {
-		t.Errorf("check: exit %d, want 1 naming db.free.tmp: %v", code, m["problems"])
-	}
-	if code, _, errs := runTool(t, "recover", "--force-scan", dir); code != exitProblems ||
-		!strings.Contains(errs, tmp+" is a directory") || strings.Contains(errs, "close:") {
-		t.Errorf("recover: exit %d, want 1, the open refusing %s:\n%s", code, tmp, errs)
-	}
-	code, m = runJSON(t, "repair", "--json", "--apply", dir)
-	if code != exitOK || !strings.Contains(fmt.Sprint(m["saved"]), "db.free.tmp.broken") {
-		t.Errorf("repair --apply: exit %d, want 0 with db.free.tmp saved aside: %v", code, m)
-	}
-	if _, err := os.Stat(filepath.Join(dir, "db.free.tmp.broken", "mine")); err != nil {
-		t.Errorf("the directory moved aside lost what it held: %v", err)
-	}
-	if code, _, errs := runTool(t, "recover", dir); code != exitOK {
-		t.Errorf("recover after the repair: exit %d: %s", code, errs)
+	for _, kind := range []string{"directory", "FIFO", "symbolic link"} {
+		t.Run(kind, func(t *testing.T) {
+			t.Parallel()
+			dir := makeStore(t, 100)
+			tmp := filepath.Join(dir, "db.free.tmp")
+			outside := filepath.Join(t.TempDir(), "outside")
+			if err := os.WriteFile(outside, []byte("keep me"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			switch kind {
+			case "directory":
+				if err := os.Mkdir(tmp, 0o750); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(tmp, "mine"), []byte("x"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			case "FIFO":
+				if err := syscall.Mkfifo(tmp, 0o600); err != nil {
+					t.Fatal(err)
+				}
+			default:
+				if err := os.Symlink(outside, tmp); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, cmd := range []string{"check", "inspect"} {
+				code, m := runJSON(t, cmd, "--json", dir)
+				if code != exitProblems || !strings.Contains(fmt.Sprint(m["problems"]), tmp+" is a "+kind) {
+					t.Errorf("%s: exit %d, want 1 naming %s, a %s: %v", cmd, code, tmp, kind, m["problems"])
+				}
+			}
+			if code, _, errs := runTool(t, "recover", "--force-scan", dir); code != exitProblems ||
+				!strings.Contains(errs, tmp+" is a "+kind) || strings.Contains(errs, "close:") {
+				t.Errorf("recover: exit %d, want 1, the open refusing %s:\n%s", code, tmp, errs)
+			}
+			code, m := runJSON(t, "repair", "--json", dir)
+			if code != exitProblems || !strings.Contains(fmt.Sprint(m["actions"]), "move db.free.tmp aside") {
+				t.Errorf("repair: exit %d, want 1 planning to move db.free.tmp aside: %v", code, m)
+			}
+			code, m = runJSON(t, "repair", "--json", "--apply", dir)
+			if code != exitOK || !strings.Contains(fmt.Sprint(m["saved"]), "db.free.tmp.broken") {
+				t.Errorf("repair --apply: exit %d, want 0 with db.free.tmp saved aside: %v", code, m)
+			}
+			switch kind {
+			case "directory":
+				if _, err := os.Stat(filepath.Join(dir, "db.free.tmp.broken", "mine")); err != nil {
+					t.Errorf("the directory moved aside lost what it held: %v", err)
+				}
+			case "FIFO":
+				if st, err := os.Lstat(tmp + ".broken"); err != nil || st.Mode()&os.ModeNamedPipe == 0 {
+					t.Errorf("the FIFO moved aside: %v, %v", st, err)
+				}
+			default:
+				if l, err := os.Readlink(tmp + ".broken"); err != nil || l != outside {
+					t.Errorf("the link moved aside: %q, %v", l, err)
+				}
+			}
+			if code, _, errs := runTool(t, "recover", dir); code != exitOK {
+				t.Errorf("recover after the repair: exit %d: %s", code, errs)
+			}
+			if b, err := os.ReadFile(outside); err != nil || string(b) != "keep me" {
+				t.Errorf("the file the link named was written: %q, %v", b, err)
+			}
+		})
 	}
 }

@@ -292,14 +292,21 @@ func inspectStore(dir string) (*inspectOut, error) {
 		}
 	}
 	// A writable open refuses a directory at any of these names (its
-	// checkpoints write db.free.tmp and replace the others by renames); a
-	// read-only one does not mind it, so say so here.
-	for _, name := range []string{"db.free", "db.free.prev", "db.free.tmp"} {
+	// checkpoints write db.free.tmp and replace the others by renames),
+	// and anything but a regular file at db.free.tmp, a symbolic link not
+	// followed (a checkpoint would write through it, outside the store's
+	// directory); a read-only one does not mind them, so say so here.
+	for _, name := range []string{"db.free", "db.free.prev"} {
 		if st, err := os.Stat(filepath.Join(dir, name)); err == nil && st.IsDir() {
 			out.Problems = append(out.Problems, problem{"error", "free_list", fmt.Sprintf(
 				"%s is a directory, not a free-list file: it would fail every checkpoint, so a writable open refuses the store; kdbtool repair --apply moves it aside",
 				filepath.Join(dir, name))})
 		}
+	}
+	if st, err := os.Lstat(filepath.Join(dir, "db.free.tmp")); err == nil && !st.Mode().IsRegular() {
+		out.Problems = append(out.Problems, problem{"error", "free_list", fmt.Sprintf(
+			"%s is %s, not a free-list file: every checkpoint writes the free list there, so a writable open refuses the store; kdbtool repair --apply moves it aside",
+			filepath.Join(dir, "db.free.tmp"), fileKind(st.Mode()))})
 	}
 	fl.LiedPages, fl.FirstLiedPage, fl.LieReason = in.Lies, uint64(in.FirstLie), in.LieReason
 	fl.DamagedLiedPages, fl.BeyondEndPages = in.DamagedLies, in.BeyondEnd

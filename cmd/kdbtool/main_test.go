@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -29,6 +30,16 @@ func TestMain(m *testing.M) {
 			testHookSaving = func(name string) {
 				fmt.Fprintf(os.Stderr, "%s %s\n", pausedSaving, name)
 				time.Sleep(time.Hour)
+			}
+		}
+		// KDBTOOL_TEST_PLANT_FREE_TMP=TARGET: once recover has the store
+		// open, plant a symbolic link to TARGET at db.free.tmp, where its
+		// closing checkpoint writes the free list.
+		if target := os.Getenv("KDBTOOL_TEST_PLANT_FREE_TMP"); target != "" {
+			testHookBeforeClose = func(dir string) {
+				if err := os.Symlink(target, filepath.Join(dir, "db.free.tmp")); err != nil {
+					os.Exit(98)
+				}
 			}
 		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

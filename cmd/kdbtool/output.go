@@ -242,17 +242,26 @@ func dataFileKind(dir string, st os.FileInfo) error {
 	if st.Mode().IsRegular() {
 		return nil
 	}
-	what := "a " + st.Mode().Type().String()
-	switch {
-	case st.IsDir():
-		what = "a directory"
-	case st.Mode()&os.ModeNamedPipe != 0:
-		what = "a FIFO"
-	case st.Mode()&os.ModeDevice != 0:
-		what = "a device"
-	}
 	return fmt.Errorf("%w: %s is %s, not a regular file; move it aside, then kdbtool repair says whether db.data can be rebuilt from the journal",
-		kdb.ErrCorrupt, filepath.Join(dir, "db.data"), what)
+		kdb.ErrCorrupt, filepath.Join(dir, "db.data"), fileKind(st.Mode()))
+}
+
+// fileKind names what a file of mode m is, for a message: "a directory",
+// "a FIFO", "a symbolic link" (an Lstat's mode), "a device".
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "a " + m.Type().String()
 }
 
 // dataLost reports whether dir is a store that lost its db.data (storeExists

@@ -85,6 +85,9 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failed(stdout, stderr, "recover", *asJSON, "", err, exitFor(err))
 	}
+	if testHookBeforeClose != nil {
+		testHookBeforeClose(dir)
+	}
 	// Close waits for the checkpoint recovery asked for (or takes one), so
 	// the report read after it says whether and how long.
 	if err := db.Close(); err != nil {
@@ -97,3 +100,7 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 	printRecovery(stdout, rep)
 	return exitOK
 }
+
+// testHookBeforeClose, if set (by tests only: TestMain sets it in a child
+// process), runs once recover has the store open, before its Close.
+var testHookBeforeClose func(dir string)

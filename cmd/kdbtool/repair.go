@@ -124,6 +124,12 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	for _, name := range []string{"db.redo", "db.free", "db.free.prev", "db.free.tmp"} {
 		p := filepath.Join(dir, name)
 		st, err := os.Stat(p) // through a link, as kdb opens it
+		if name == "db.free.tmp" {
+			// Never through a link: a checkpoint writes there, and a
+			// writable open refuses anything but a regular file. The
+			// link itself is moved aside.
+			st, err = os.Lstat(p)
+		}
 		if err != nil || st.Mode().IsRegular() {
 			continue
 		}
