@@ -192,6 +192,9 @@ m import-tree-name-unchecked export.go \
 m readonly-stamp-ignores-names readonly.go \
   'return s.state == o.state && slices.Equal(s.names, o.names)' 'return s.state == o.state && (len(s.names) >= 0 || slices.Equal(s.names, o.names))' \
   '.' "a read-only open that failed while journal GC changed the directory (not the State) reports the failure instead of opening again"
+m store-dir-unlocked vfs/helpers.go \
+  'dl, ok := fsys.(DirLocker)' 'dl, ok := fsys.(DirLocker); ok = false' \
+  '. ./vfs' "the store's directory is not locked, only its lock file: deleting that file under a live store lets a second writer in (acknowledged writes lost)"
 
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
