@@ -107,7 +107,7 @@ func (o *opener) open() error {
 		}
 		tmp := f.freeName + tmpSuffix
 		if typ, err := vfs.LType(f.fs, tmp); err == nil && !typ.IsRegular() {
-			return fmt.Errorf("%w: %s is %s, not a free-list file: move it out of the store's directory (kdbtool repair --apply moves it aside)", ErrCorrupt, tmp, fileKind(typ))
+			return fmt.Errorf("%w: %s is %s, not a free-list file: move it out of the store's directory (kdbtool repair --apply moves it aside)", ErrCorrupt, tmp, vfs.FileKind(typ))
 		}
 	}
 	t = time.Now()
@@ -439,24 +439,4 @@ func (o *opener) loadFreeFile(name string, meta Meta) (*freeList, string) {
 		return nil, fmt.Sprintf("db.free page count %d != meta %d", ff.pageCount, meta.PageCount)
 	}
 	return ff.toFreeList(), ""
-}
-
-// fileKind names the kind of file typ (type bits, as vfs.LType returns
-// them) is, for an error: "a directory", "a symbolic link", "a FIFO".
-func fileKind(typ os.FileMode) string {
-	switch {
-	case typ.IsRegular():
-		return "a regular file"
-	case typ.IsDir():
-		return "a directory"
-	case typ&os.ModeSymlink != 0:
-		return "a symbolic link"
-	case typ&os.ModeNamedPipe != 0:
-		return "a FIFO"
-	case typ&os.ModeSocket != 0:
-		return "a socket"
-	case typ&os.ModeDevice != 0:
-		return "a device"
-	}
-	return "a " + typ.String()
 }

@@ -154,3 +154,24 @@ func (l storeLock) Close() error {
 	}
 	return err
 }
+
+// FileKind names the kind of file of mode m (type bits, as an Lstat or
+// LType gives them), for an error: "a directory", "a symbolic link", "a
+// FIFO".
+func FileKind(m os.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "a regular file"
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeSymlink != 0:
+		return "a symbolic link"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	}
+	return "a " + m.Type().String()
+}

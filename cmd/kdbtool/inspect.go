@@ -306,7 +306,7 @@ func inspectStore(dir string) (*inspectOut, error) {
 	if st, err := os.Lstat(filepath.Join(dir, "db.free.tmp")); err == nil && !st.Mode().IsRegular() {
 		out.Problems = append(out.Problems, problem{"error", "free_list", fmt.Sprintf(
 			"%s is %s, not a free-list file: every checkpoint writes the free list there, so a writable open refuses the store; kdbtool repair --apply moves it aside",
-			filepath.Join(dir, "db.free.tmp"), fileKind(st.Mode()))})
+			filepath.Join(dir, "db.free.tmp"), vfs.FileKind(st.Mode()))})
 	}
 	fl.LiedPages, fl.FirstLiedPage, fl.LieReason = in.Lies, uint64(in.FirstLie), in.LieReason
 	fl.DamagedLiedPages, fl.BeyondEndPages = in.DamagedLies, in.BeyondEnd

@@ -15,6 +15,7 @@ import (
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // writeJSON prints v as one indented JSON document.
@@ -243,25 +244,7 @@ func dataFileKind(dir string, st os.FileInfo) error {
 		return nil
 	}
 	return fmt.Errorf("%w: %s is %s, not a regular file; move it aside, then kdbtool repair says whether db.data can be rebuilt from the journal",
-		kdb.ErrCorrupt, filepath.Join(dir, "db.data"), fileKind(st.Mode()))
-}
-
-// fileKind names what a file of mode m is, for a message: "a directory",
-// "a FIFO", "a symbolic link" (an Lstat's mode), "a device".
-func fileKind(m os.FileMode) string {
-	switch {
-	case m.IsRegular():
-		return "a regular file"
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeSymlink != 0:
-		return "a symbolic link"
-	case m&os.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&os.ModeDevice != 0:
-		return "a device"
-	}
-	return "a " + m.Type().String()
+		kdb.ErrCorrupt, filepath.Join(dir, "db.data"), vfs.FileKind(st.Mode()))
 }
 
 // dataLost reports whether dir is a store that lost its db.data (storeExists
