@@ -25,8 +25,10 @@ func TestFile_ProofAllocateRunLieInsideTheRun(t *testing.T) {
 	mem := vfs.NewMem()
 	live := proofStore(t, mem, "/db")
 	lieFreeFile(t, mem, "/db", Range{23, 2})
+	release := holdProof(t)
 	f, _ := mustOpen(t, mem, Options{})
 	defer f.Close()
+	defer release() // before Close, which waits for the proof
 	first, err := f.AllocateRun(12)
 	if err != nil {
 		t.Fatal(err)
@@ -42,6 +44,7 @@ func TestFile_ProofAllocateRunLieInsideTheRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	release()
 	waitProof(t, f)
 	checkLive(t, f, live)
 }
@@ -56,8 +59,12 @@ func TestFile_ProofOwnerFreesALiedPageFirst(t *testing.T) {
 	mem := vfs.NewMem()
 	live := proofStore(t, mem, "/db")
 	lieFreeFile(t, mem, "/db", Range{5, 3})
+	// The background proof waits until the owner's Free is seen: run at
+	// once, it could find the other lies (5, 7) first.
+	release := holdProof(t)
 	f, _ := mustOpen(t, mem, Options{})
 	defer f.Close()
+	defer release() // before Close, which waits for the proof
 	if err := f.Free(6); err != nil {
 		t.Fatalf("owner's Free of a page the loaded list calls free: %v", err)
 	}
@@ -65,6 +72,7 @@ func TestFile_ProofOwnerFreesALiedPageFirst(t *testing.T) {
 	if p := f.FreeListProof(); p.Lies != 1 || p.FirstLie != 6 {
 		t.Fatalf("proof %+v", p)
 	}
+	release()
 	waitProof(t, f)
 	if err := f.Checkpoint(MetaUpdate{Root: 3}); err != nil {
 		t.Fatal(err)

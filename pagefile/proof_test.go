@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -89,6 +90,18 @@ func checkLive(t testing.TB, f *File, live map[PageID][]byte) {
 }
 
 // waitProof waits until the background proof has nothing left.
+// holdProof holds the background proof before its first batch until the
+// returned release is called (or the test ends), so that a test can look
+// at the lies found in the foreground before the background finds more.
+func holdProof(t testing.TB) (release func()) {
+	ch := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(ch) }) }
+	testProofGate = func() { <-ch }
+	t.Cleanup(func() { release(); testProofGate = nil })
+	return release
+}
+
 func waitProof(t testing.TB, f *File) FreeListProof {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -312,8 +325,10 @@ func TestFile_ProofAllocateRun(t *testing.T) {
 	mem := vfs.NewMem()
 	live := proofStore(t, mem, "/db")
 	lieFreeFile(t, mem, "/db", Range{40, 3}, Range{11, 2})
+	release := holdProof(t)
 	f, _ := mustOpen(t, mem, Options{})
 	defer f.Close()
+	defer release() // before Close, which waits for the proof
 	// 11..12 lie at the start of the first run of 12 (11..22).
 	first, err := f.AllocateRun(12)
 	if err != nil {
@@ -331,6 +346,7 @@ func TestFile_ProofAllocateRun(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	release()
 	waitProof(t, f)
 	checkLive(t, f, live)
 
@@ -339,8 +355,10 @@ func TestFile_ProofAllocateRun(t *testing.T) {
 	mem = vfs.NewMem()
 	live = proofStore(t, mem, "/db")
 	lieFreeFile(t, mem, "/db", Range{40, 3})
+	releaseG := holdProof(t)
 	g, _ := mustOpen(t, mem, Options{})
 	defer g.Close()
+	defer releaseG() // before Close, which waits for the proof
 	first, err = g.AllocateRun(11)
 	if err != nil {
 		t.Fatal(err)
