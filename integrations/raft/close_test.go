@@ -94,3 +94,54 @@ func TestStore_StoreLogsNilEntry(t *testing.T) {
 		t.Fatalf("after the refused call: first %d last %d", f, l)
 	}
 }
+
+// TestStore_OneStorePerNamespace: a second Store on a namespace whose Store
+// is open is refused (each caches the log's bounds and would not see the
+// other's writes: the second's LastIndex stayed 0 after the first stored
+// entries); another namespace, or the same one after Close, is fine.
+func TestStore_OneStorePerNamespace(t *testing.T) {
+	db, err := kdb.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s1, err := New(db, DefaultNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := New(db, DefaultNamespace); !errors.Is(err, kdb.ErrInvalid) {
+		t.Fatalf("a second Store on the namespace: %v, want kdb.ErrInvalid", err)
+	}
+	other, err := New(db, "raft2")
+	if err != nil {
+		t.Fatalf("a Store on another namespace: %v", err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.StoreLogs([]*raft.Log{entry(1, 1, 10), entry(2, 1, 10)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s1.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := New(db, DefaultNamespace)
+	if err != nil {
+		t.Fatalf("a Store after the first was closed: %v", err)
+	}
+	defer s2.Close()
+	if f, l := bounds(t, s2); f != 1 || l != 2 {
+		t.Fatalf("the new Store's bounds: first %d last %d, want 1 2", f, l)
+	}
+	// A Store of another kdb store on the same namespace name is its own.
+	db2, err := kdb.Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db2.Close()
+	s3, err := New(db2, DefaultNamespace)
+	if err != nil {
+		t.Fatalf("a Store of another kdb store: %v", err)
+	}
+	s3.Close()
+}

@@ -35,6 +35,7 @@ const MaxStableKeySize = kdb.MaxKeySize - 1
 type Store struct {
 	db    *kdb.DB
 	ns    *kdb.Namespace
+	name  string // the namespace's name
 	tree  string // the log tree's name in the kdb store ("ns/log")
 	owned bool
 
@@ -75,17 +76,42 @@ func Open(dir string, opts *kdb.Options) (*Store, error) {
 
 // New returns a Store in namespace ns of an open kdb store, which the caller
 // keeps using for its own data (an FSM's, say) and closes itself. One Store
-// at a time per namespace.
+// at a time per namespace: a second New for a namespace whose Store is not
+// closed returns an error wrapping kdb.ErrInvalid (each Store keeps the
+// log's bounds in memory, and would not see the other's writes).
 func New(db *kdb.DB, ns string) (*Store, error) {
 	n, err := db.Namespace(ns)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, ns: n, tree: ns + "/" + logIndex}
+	c := claim{db, ns}
+	claims.Lock()
+	defer claims.Unlock()
+	if claims.m[c] {
+		return nil, fmt.Errorf("raftkdb: New: namespace %q of this kdb store has a Store already (close it first): %w", ns, kdb.ErrInvalid)
+	}
+	s := &Store{db: db, ns: n, name: ns, tree: ns + "/" + logIndex}
 	if err := s.loadBounds(); err != nil {
 		return nil, err
 	}
+	if claims.m == nil {
+		claims.m = map[claim]bool{}
+	}
+	claims.m[c] = true
 	return s, nil
+}
+
+// claims holds the namespaces that have an open Store, per kdb store
+// (New's check; Close releases). A Store never closed keeps its entry, and
+// so its kdb.DB, for the life of the process.
+var claims struct {
+	sync.Mutex
+	m map[claim]bool
+}
+
+type claim struct {
+	db *kdb.DB
+	ns string
 }
 
 // DB returns the kdb store.
@@ -101,6 +127,9 @@ func (s *Store) Close() error {
 	if s.closed.Swap(true) {
 		return fmt.Errorf("raftkdb: Close: %w", kdb.ErrClosed)
 	}
+	claims.Lock()
+	delete(claims.m, claim{s.db, s.name})
+	claims.Unlock()
 	if s.owned {
 		return s.db.Close()
 	}
