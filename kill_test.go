@@ -8,9 +8,11 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,6 +41,9 @@ const (
 	killIndex    = "kill"
 	killWriters  = 4
 	killKeySpace = 150 // keys per writer
+	// killOpenPause is the child's pause before each file operation of its
+	// Open (see TestKill_Child).
+	killOpenPause = 100 * time.Microsecond
 )
 
 // killOptions makes journal rotation, background checkpoints and journal GC
@@ -88,8 +93,22 @@ func TestKill_Child(t *testing.T) {
 		emit("E " + strings.ReplaceAll(fmt.Sprintf(format, args...), "\n", " "))
 		os.Exit(3)
 	}
+	// Open is stretched: a pause before each of its file operations makes
+	// the recovery last tens of milliseconds, so the kills the parent aims
+	// inside it land there (and between its steps) on a fast machine too,
+	// where a whole Open takes about as long as the parent takes to see "O".
+	var opening atomic.Bool
+	opening.Store(true)
+	opts := killOptions()
+	opts.FS = vfs.Intercept(vfs.OS, func(vfs.Event) error {
+		if opening.Load() {
+			time.Sleep(killOpenPause)
+		}
+		return nil
+	})
 	emit("O")
-	db, err := kdb.Open(dir, killOptions())
+	db, err := kdb.Open(dir, opts)
+	opening.Store(false)
 	if err != nil {
 		die("open: %v", err)
 	}
@@ -261,6 +280,7 @@ func TestKill_RandomMoments(t *testing.T) {
 	model := map[string]killState{} // latest acknowledged state of each key written
 	var c killCounts
 	openTime := 5 * time.Millisecond // the child's latest Open duration
+	var openTimes []time.Duration    // every whole Open the parent saw
 	start := time.Now()
 	for round := 0; round < kills; round++ {
 		kr := killRound(t, exe, dir, seed+uint64(round)*1000003, rng, openTime)
@@ -273,6 +293,7 @@ func TestKill_RandomMoments(t *testing.T) {
 			c.duringOpen++
 		default:
 			openTime = kr.openTime
+			openTimes = append(openTimes, kr.openTime)
 		}
 		// Replay the child's report: the acknowledged ops update the model;
 		// each writer has at most one batch begun and not acknowledged.
@@ -398,14 +419,23 @@ func TestKill_RandomMoments(t *testing.T) {
 			t.Fatalf("round %d (%d lines from the child; recovery %+v):\n%s", round, len(lines), rep, strings.Join(problems, "\n"))
 		}
 	}
-	t.Logf("kills=%d acknowledged-checked=%d lost=%d (acknowledged ops=%d, batches in flight at a kill=%d; kills inside the child's Open (its recovery)=%d, before it=%d; recoveries that replayed=%d, truncated a torn tail=%d, applied db.redo=%d, scanned the free list=%d; %v)",
-		c.kills, c.checked, c.lost, c.ackedOps, c.inFlight, c.duringOpen, c.beforeOpen, c.replayed, c.torn, c.redo, c.scanned, time.Since(start).Round(time.Millisecond))
+	t.Logf("kills=%d acknowledged-checked=%d lost=%d (acknowledged ops=%d, batches in flight at a kill=%d; kills inside the child's Open (its recovery)=%d, before it=%d; median whole Open %v; recoveries that replayed=%d, truncated a torn tail=%d, applied db.redo=%d, scanned the free list=%d; %v)",
+		c.kills, c.checked, c.lost, c.ackedOps, c.inFlight, c.duringOpen, c.beforeOpen, medianDuration(openTimes), c.replayed, c.torn, c.redo, c.scanned, time.Since(start).Round(time.Millisecond))
 	if c.ackedOps == 0 {
 		t.Fatal("the children acknowledged nothing")
 	}
 	if c.kills >= 20 && c.duringOpen == 0 {
 		t.Fatal("no kill landed inside the child's Open: recovery was never interrupted")
 	}
+}
+
+func medianDuration(d []time.Duration) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	d = slices.Clone(d)
+	slices.Sort(d)
+	return d[len(d)/2].Round(100 * time.Microsecond)
 }
 
 // killResult is what one round saw of its child.
