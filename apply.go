@@ -304,7 +304,8 @@ func decodeRefHeader(v []byte) (journal.SegmentID, int, bool) {
 }
 
 // replayer applies journal records during recovery. Value records are
-// remembered until the batch record that follows them.
+// remembered until the batch record that follows them; end refuses value
+// records that no batch record followed.
 type replayer struct {
 	db   *DB
 	vals []journal.Location
@@ -338,4 +339,20 @@ func (r *replayer) apply(tx *index.Tx, loc journal.Location, rec journal.Record)
 	default:
 		return fmt.Errorf("%w: %s: unknown record type %d", ErrCorrupt, loc, rec.Type)
 	}
+}
+
+// end is called once the replay is over: value records left over (no batch
+// record followed them) are ErrCorrupt naming the first of them. A batch's
+// value records and its batch record are written as one journal batch
+// (DB.encode, commitReq.seal, journal.Write), and the journal delivers a
+// batch only once its end frame verified (a torn tail cuts an unfinished
+// batch whole), so no crash leaves them: they are damage, or records of a
+// writer that is not kdb. A batch record earlier in the journal could not
+// have consumed them either: it must refer to exactly the value records
+// before it (decodeBatch), so only the journal's last ones reach here.
+func (r *replayer) end() error {
+	if len(r.vals) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s: value record that no batch record refers to (%d at the end of the journal)", ErrCorrupt, r.vals[0], len(r.vals))
 }

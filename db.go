@@ -161,9 +161,14 @@ func open(dir string, opts *Options) (*DB, error) {
 		Journal: journal.Options{SegmentSize: o.SegmentSize, Sync: sync,
 			SyncInterval: o.SyncInterval, MaxRecordSize: db.maxRecord, SkipDamaged: o.SkipDamagedJournal,
 			ArchiveDir: archive, MaxOpenSegments: o.MaxOpenSegments, Logger: o.Logger},
-		Apply:                   replay.apply,
-		Refs:                    segmentRefs,
-		Recovered:               db.adopt,
+		Apply: replay.apply,
+		Refs:  segmentRefs,
+		Recovered: func(st *recovery.State, rep *recovery.Report) error {
+			if err := replay.end(); err != nil {
+				return err
+			}
+			return db.adopt(st, rep)
+		},
 		Checkpoint:              db.checkpoint,
 		CheckpointBeforeServing: o.CheckpointBeforeServing,
 	})
