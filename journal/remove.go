@@ -3,6 +3,8 @@ package journal
 import (
 	"fmt"
 	"path/filepath"
+
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // RemoveBefore deletes the segments wholly before loc's segment (ids below
@@ -11,8 +13,12 @@ import (
 // is the caller's decision: the journal does not know what still refers to
 // them. Each removal is made durable (directory fsync) before the next, so a
 // crash leaves a contiguous run of segments. It returns the ids removed,
-// also when it stops on an error. A failed directory fsync fails the
-// journal; a failed remove or rename is returned and changes nothing; a
+// also when it stops on an error. The archive directory and its missing
+// parents are created durably (vfs.MkdirAllDurable) before the first move.
+// A failed directory fsync fails the journal, and so does a failure to
+// create the archive (it may have created directories whose entries are not
+// durable, which a later call would find and trust); a failed remove or
+// rename is returned and changes nothing; a
 // failed close of a segment already removed is logged (Options.Logger),
 // not returned: the removal stands and nothing depends on the descriptor.
 func (j *Journal) RemoveBefore(loc Location) (removed []SegmentID, err error) {
@@ -43,11 +49,11 @@ func (j *Journal) RemoveBefore(loc Location) (removed []SegmentID, err error) {
 	fsys := j.opts.FS
 	archive := j.opts.ArchiveDir
 	if archive != "" {
-		if err := fsys.MkdirAll(archive, 0o750); err != nil {
-			return nil, fmt.Errorf("journal: create archive %s: %w", archive, err)
-		}
-		if err := fsys.SyncDir(filepath.Dir(archive)); err != nil {
-			return nil, j.fail(fmt.Errorf("journal: create archive %s: sync parent: %w", archive, err))
+		// Each new directory's entry is synced into its parent before a
+		// segment is moved in: else a power loss could lose the archive
+		// directory, and the segments moved into it, with it.
+		if err := vfs.MkdirAllDurable(fsys, archive, 0o750); err != nil {
+			return nil, j.fail(fmt.Errorf("journal: create archive %s: %w", archive, err))
 		}
 	}
 	for _, s := range victims {

@@ -142,3 +142,36 @@ func TestJournal_RemoveBeforeCloseFailureIsLogged(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestJournal_RemoveBeforeArchiveIsDurable: RemoveBefore creates the
+// archive directory and its missing parents durably before it moves
+// segments in, so that a power loss after it returned keeps the archived
+// segments.
+func TestJournal_RemoveBeforeArchiveIsDurable(t *testing.T) {
+	const archive = "/arch/old"
+	fs, j, _ := build(t, Options{ArchiveDir: archive}, 300)
+	segs := j.Segments()
+	if len(segs) < 3 {
+		t.Fatalf("need 3 segments, have %d", len(segs))
+	}
+	removed, err := j.RemoveBefore(segs[2].First)
+	if err != nil || len(removed) != 2 {
+		t.Fatalf("RemoveBefore: %v %v", removed, err)
+	}
+	img := fs.CrashClone(vfs.CrashOptions{}) // a power loss: nothing unsynced kept
+	mustClose(t, j)
+	for _, id := range removed {
+		name := archive + "/" + id.String()
+		want, err := vfs.ReadFile(fs, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := vfs.ReadFile(img, name)
+		if err != nil {
+			t.Fatalf("archived %s after a power loss: %v (the archive directory was not durable)", id, err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("archived %s after a power loss: %d bytes differ from the %d archived", id, len(got), len(want))
+		}
+	}
+}

@@ -117,11 +117,12 @@ func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ er
 	_, isDir, err := fsys.Stat(j.dir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist) && !j.opts.ReadOnly:
-		if err := fsys.MkdirAll(j.dir, 0o750); err != nil {
+		// Each new directory's entry is synced into its parent: a power
+		// loss after Open must not lose the directory, and with it the
+		// segments synced in it (docs/DESIGN.md, "The journal's
+		// directories").
+		if err := vfs.MkdirAllDurable(fsys, j.dir, 0o750); err != nil {
 			return nil, 0, fmt.Errorf("journal: create %s: %w", j.dir, err)
-		}
-		if err := fsys.SyncDir(filepath.Dir(j.dir)); err != nil {
-			return nil, 0, fmt.Errorf("journal: create %s: sync parent: %w", j.dir, err)
 		}
 	case err != nil:
 		return nil, 0, fmt.Errorf("journal: open %s: %w", j.dir, err)

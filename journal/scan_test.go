@@ -399,3 +399,33 @@ func TestOpen_RemovesUnfinishedSegmentTemp(t *testing.T) {
 	}
 	requireBatches(t, j2, bs)
 }
+
+// TestOpen_CreatesItsDirectoryDurably: Open creates its directory and the
+// missing parents durably (each new entry synced into its parent), so that
+// a power loss right after acknowledged appends loses neither the
+// directory nor the records in it.
+func TestOpen_CreatesItsDirectoryDurably(t *testing.T) {
+	for _, dir := range []string{"/j", "/a/b/j"} {
+		t.Run(dir, func(t *testing.T) {
+			fs := vfs.NewMem()
+			j, _, err := Open(dir, Options{FS: fs, SegmentSize: 64 << 10})
+			if err != nil {
+				t.Fatal(err)
+			}
+			recs := []Record{{Type: 1, Payload: payload(0, 0, 100)}}
+			if _, err := j.Append(recs...); err != nil {
+				t.Fatal(err)
+			}
+			img := fs.CrashClone(vfs.CrashOptions{}) // a power loss: nothing unsynced kept
+			mustClose(t, j)
+			j2, _, err := Open(dir, Options{FS: img, SegmentSize: 64 << 10, ReadOnly: true})
+			if err != nil {
+				t.Fatalf("after a power loss: %v (the directory was not durable)", err)
+			}
+			defer mustClose(t, j2)
+			if got := collect(t, j2); len(got) != 1 || !bytes.Equal(got[0].rec.Payload, recs[0].Payload) {
+				t.Fatalf("after a power loss the journal holds %d records, want the 1 acknowledged", len(got))
+			}
+		})
+	}
+}
