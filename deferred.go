@@ -28,6 +28,9 @@ import (
 //   - A deferred function whose host fails (its function returns an
 //     error) is put back at the head of the queue: it runs again with the
 //     next host.
+//   - A deferred function's own error fails it alone, whatever it wraps
+//     (ErrClosed, ErrFailed): the others, and the write hosting them,
+//     fail only by the DB's own state (Err, Close) or commit.
 //   - done is called exactly once: after the deferred writes are applied
 //     (nil) or known never to be (the function's error, the commit's
 //     failure, ErrClosed).
@@ -80,7 +83,10 @@ func (db *DB) Defer(fn func(tx *Txn) error, done func(err error)) error {
 // fn must be a function of the state it reads (it may run more than once:
 // when the transaction it joined fails, its writes are discarded with the
 // rest and fn runs again with the next one). If fn returns an error, its
-// writes are discarded and the transaction it joined goes on without them;
+// writes are discarded and the transaction it joined goes on without them,
+// whatever the error wraps (an ErrClosed or ErrFailed fn returns is its
+// own, from a handle of its own, say: only this DB's state fails the
+// others);
 // a panic in fn is that error (wrapping ErrInvalid, logged with the stack):
 // fn runs in another caller's write or on a timer, where the panic would
 // reach a caller that has nothing to do with it. A panic in done is logged
@@ -376,17 +382,33 @@ func (db *DB) runDeferred(fns []deferredTxn, async bool) []*commitReq {
 		tx := &Txn{db: db, prefix: d.prefix, ordered: true, b: Batch{pooled: true}}
 		fn := d.fn
 		err := db.runTxn(tx, func(tx *Txn) error { return db.callFn(fn, tx) })
-		if err == nil && len(tx.b.ops) == 0 {
+		if err != nil {
+			// The function's own error (or its Txn's), whatever it wraps:
+			// an ErrClosed it returned may be from a closed handle of its
+			// own, not this DB. It fails alone; only the DB's state (closed
+			// or failed, asked here; or the submit's error below) fails
+			// the ones after it.
+			db.mu.Lock()
+			derr := db.writableLocked()
+			db.mu.Unlock()
+			if derr != nil {
+				finishDeferred(fns[i:], derr)
+				return reqs
+			}
+			if d.done != nil {
+				d.done(err)
+			}
+			continue
+		}
+		if len(tx.b.ops) == 0 {
 			if d.done != nil {
 				d.done(nil)
 			}
 			continue
 		}
-		var req *commitReq
-		if err == nil {
-			req, err = db.submit(tx.b.ops, async || tx.noSync, true)
-		}
+		req, err := db.submit(tx.b.ops, async || tx.noSync, true)
 		if err != nil {
+			// The DB's own: a closed or failed handle fails the rest.
 			if errors.Is(err, ErrClosed) || errors.Is(err, ErrFailed) {
 				finishDeferred(fns[i:], err)
 				return reqs

@@ -1,6 +1,7 @@
 package kdb_test
 
 import (
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -152,6 +153,129 @@ func TestDefer_SyncAfterFailingFunctions(t *testing.T) {
 		}
 		if got := failed.Load(); got != int64(i+1) {
 			t.Fatalf("host %d: %d failed done calls, want %d", i, got, i+1)
+		}
+	}
+}
+
+// A deferred function that returns an error wrapping ErrClosed (it called
+// something on a closed handle of its own, say) fails alone: the error is
+// its own, not the DB's state, so the write that hosts it and the other
+// deferred functions run with it commit as if it had returned any other
+// error. Each host path is tried: queued before a Put, before a Submit of
+// another namespace, joined to a Submit of its namespace, before an
+// Update, and run by Sync's own flush.
+func TestDefer_AFunctionsClosedErrorFailsItAlone(t *testing.T) {
+	hosts := []struct {
+		name string
+		run  func(db *kdb.DB, ns *kdb.Namespace) error
+	}{
+		{"Put", func(db *kdb.DB, ns *kdb.Namespace) error {
+			return db.Put("h", []byte("host"), []byte("v"))
+		}},
+		{"SubmitOtherNamespace", func(db *kdb.DB, ns *kdb.Namespace) error {
+			c, err := ns.Submit(func(tx *kdb.Txn) error { return tx.Put("h", []byte("host"), []byte("v")) })
+			if err == nil {
+				err = c.Wait()
+			}
+			return err
+		}},
+		{"SubmitJoined", func(db *kdb.DB, ns *kdb.Namespace) error {
+			c, err := db.Submit(func(tx *kdb.Txn) error { return tx.Put("h", []byte("host"), []byte("v")) })
+			if err == nil {
+				err = c.Wait()
+			}
+			return err
+		}},
+		{"Update", func(db *kdb.DB, ns *kdb.Namespace) error {
+			return db.Update(func(tx *kdb.Txn) error { return tx.Put("h", []byte("host"), []byte("v")) })
+		}},
+		{"Sync", func(db *kdb.DB, ns *kdb.Namespace) error { return db.Sync() }},
+	}
+	for _, h := range hosts {
+		for _, cause := range []error{kdb.ErrClosed, kdb.ErrFailed} {
+			t.Run(fmt.Sprintf("%s/%v", h.name, cause), func(t *testing.T) {
+				db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem(), CheckpointInterval: -1, SyncInterval: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() {
+					if err := db.Close(); err != nil {
+						t.Error(err)
+					}
+				}()
+				ns, err := db.Namespace("x")
+				if err != nil {
+					t.Fatal(err)
+				}
+				badErr := fmt.Errorf("its own handle: %w", cause)
+				const n = 4
+				const bad = 1
+				var mu sync.Mutex
+				dones := make([][]error, n)
+				for i := range n {
+					fn := func(tx *kdb.Txn) error {
+						return tx.Put("d", fmt.Appendf(nil, "k%d", i), []byte("v"))
+					}
+					if i == bad {
+						fn = func(tx *kdb.Txn) error {
+							if err := tx.Put("d", []byte("bad"), []byte("v")); err != nil {
+								return err
+							}
+							return badErr
+						}
+					}
+					done := func(err error) {
+						mu.Lock()
+						dones[i] = append(dones[i], err)
+						mu.Unlock()
+					}
+					if err := db.Defer(fn, done); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := h.run(db, ns); err != nil {
+					t.Fatalf("the host failed with its deferred function's error: %v", err)
+				}
+				if err := db.Sync(); err != nil {
+					t.Fatalf("Sync after the host: %v", err)
+				}
+				if err := db.Err(); err != nil {
+					t.Fatalf("the handle failed: %v", err)
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				for i, got := range dones {
+					switch {
+					case len(got) != 1:
+						t.Errorf("deferred function %d: %d done calls %v, want 1", i, len(got), got)
+					case i == bad && !errors.Is(got[0], badErr):
+						t.Errorf("the failing deferred function's done got %v, want its own error %v", got[0], badErr)
+					case i != bad && got[0] != nil:
+						t.Errorf("deferred function %d failed with another's error: %v", i, got[0])
+					}
+				}
+				get := func(index, key string) ([]byte, error) {
+					if h.name == "SubmitOtherNamespace" && index == "h" {
+						return ns.Get(index, []byte(key))
+					}
+					return db.Get(index, []byte(key))
+				}
+				if _, err := get("h", "host"); err != nil && h.name != "Sync" {
+					t.Errorf("the host's write: %v", err)
+				}
+				for i := range n {
+					key := fmt.Sprintf("k%d", i)
+					_, err := get("d", key)
+					switch {
+					case i == bad:
+						if _, err := get("d", "bad"); !errors.Is(err, kdb.ErrNotFound) {
+							t.Errorf("the failing function's write: %v, want ErrNotFound", err)
+						}
+					case err != nil:
+						t.Errorf("deferred function %d's write %s: %v", i, key, err)
+					}
+				}
+			})
 		}
 	}
 }

@@ -170,6 +170,10 @@ const ackBytes = 512
 // (kdb.DB.MaxBatchSize is a quarter of the store's segment size).
 func (b *Broker) perBatch() int { return max(1, b.db.MaxBatchSize()/ackBytes) }
 
+// maxAckScan is the longest list of sequence numbers checkAcks checks
+// for a message named twice by a scan; longer lists use a set.
+const maxAckScan = 16
+
 // checkAcks returns the id of the queue and checks that each of seqs is
 // in the store and not acked by an AckAsync on its way. The caller holds
 // b.acks.mu.
@@ -194,10 +198,23 @@ func (b *Broker) checkAcks(kind DestKind, dest string, seqs []uint64) (uint64, e
 		return 0, err
 	}
 	ht := idTree(hdrPrefix, d.id)
+	// A message named twice in seqs is acked once: the second is
+	// ErrNotFound. Short lists are checked by a scan, long ones with a set
+	// (a scan would be quadratic in the caller's list).
+	var seen map[uint64]struct{}
+	if len(seqs) > maxAckScan {
+		seen = make(map[uint64]struct{}, len(seqs))
+	}
 	for i, seq := range seqs {
 		_, acked := b.acks.pending[ackKey{d.id, seq}]
-		for _, o := range seqs[:i] {
-			acked = acked || o == seq
+		if seen != nil {
+			_, twice := seen[seq]
+			acked = acked || twice
+			seen[seq] = struct{}{}
+		} else {
+			for _, o := range seqs[:i] {
+				acked = acked || o == seq
+			}
 		}
 		if acked {
 			return 0, fmt.Errorf("%w: message %d", kdb.ErrNotFound, seq)

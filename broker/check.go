@@ -11,10 +11,10 @@ import (
 // broker trees): per destination, the message count and bytes, every
 // message decoding and reachable by its ID, the reference count of every
 // message equal to the number of subscriptions it is pending for (1 for a
-// queue), every prepared transaction decoding, and no tree of the
-// namespace that belongs to no destination or subscription. kdb.DB.Check
-// checks the engine (pages, journal, values); this checks what the broker
-// keeps in it. Problems come back as an error wrapping kdb.ErrCorrupt.
+// queue), every prepared transaction decoding, the id counter of 8 bytes
+// and above every id in use, and no tree of the namespace that belongs to
+// no destination or subscription. kdb.DB.Check checks the engine (pages,
+// journal, values); this checks what the broker keeps in it. Problems come back as an error wrapping kdb.ErrCorrupt.
 func (b *Broker) Check() error {
 	return b.view(func(s snap) error { return s.check() })
 }
@@ -24,7 +24,9 @@ func (s snap) check() error {
 	var maxID uint64
 	if v, ok, err := s.get(ctrTree, []byte("ids")); err != nil {
 		return err
-	} else if ok && len(v) == 8 {
+	} else if ok && len(v) != 8 {
+		return fmt.Errorf("%w: broker id counter (tree %q, key \"ids\"): record of %d bytes, want 8", kdb.ErrCorrupt, ctrTree, len(v))
+	} else if ok {
 		maxID = binary.LittleEndian.Uint64(v)
 	}
 	dests, err := s.dests()

@@ -199,8 +199,11 @@ func (s snap) subID(topic, sub string) (*destRec, uint64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	if !ok || len(v) != 16 {
+	if !ok {
 		return nil, 0, fmt.Errorf("%w: subscription %q of topic %q", kdb.ErrNotFound, sub, topic)
+	}
+	if len(v) != 16 {
+		return nil, 0, fmt.Errorf("%w: broker subscription %q of topic %q: record of %d bytes, want 16", kdb.ErrCorrupt, sub, topic, len(v))
 	}
 	return d, binary.LittleEndian.Uint64(v), nil
 }
