@@ -227,6 +227,10 @@ func (tx *Tx) Prepare(xid string) error {
 	if err := tx.b.write(true, dry); !errors.Is(err, errDryRun) {
 		return err
 	}
+	if testHookPrepareWrite != nil {
+		testHookPrepareWrite()
+	}
+	// Another Prepare of xid may have stored it since the dry run.
 	err := tx.b.write(true, func(w *bwrite) error {
 		if _, ok, err := w.get(txTree, []byte(xid)); err != nil {
 			return err
@@ -243,6 +247,10 @@ func (tx *Tx) Prepare(xid string) error {
 }
 
 var errDryRun = errors.New("broker: dry run")
+
+// testHookPrepareWrite, if set (by tests), runs between Prepare's dry run
+// and its write of the prepared record.
+var testHookPrepareWrite func()
 
 // Prepared returns the IDs of the prepared transactions, in order.
 func (b *Broker) Prepared() ([]string, error) {
