@@ -47,46 +47,67 @@ func (tx *Tx) usable() error {
 // not change until then. The same m sent to two destinations gets the
 // sequence number of the later Send: send a copy to each to know both.
 func (tx *Tx) Send(kind DestKind, dest string, m *Message) error {
-	if err := tx.usable(); err != nil {
-		return err
-	}
-	if err := checkMessage(m); err != nil {
-		return err
-	}
-	if err := checkDest(kind, dest); err != nil {
-		return err
-	}
-	tx.ops = append(tx.ops, txOp{kind: txSend, dk: kind, dest: dest, msg: m})
-	return nil
+	return tx.add(txOp{kind: txSend, dk: kind, dest: dest, msg: m})
 }
 
 // Ack adds queue acks to the transaction.
 func (tx *Tx) Ack(kind DestKind, dest string, seqs ...uint64) error {
-	if err := tx.usable(); err != nil {
-		return err
-	}
-	if kind != Queue {
-		return fmt.Errorf("%w: Ack is for queues; topics use AckSub", kdb.ErrInvalid)
-	}
-	if err := checkDest(kind, dest); err != nil {
-		return err
-	}
-	tx.ops = append(tx.ops, txOp{kind: txAck, dk: kind, dest: dest, seqs: append([]uint64(nil), seqs...)})
-	return nil
+	return tx.add(txOp{kind: txAck, dk: kind, dest: dest, seqs: append([]uint64(nil), seqs...)})
 }
 
 // AckSub adds subscription acks to the transaction.
 func (tx *Tx) AckSub(topic, sub string, seqs ...uint64) error {
+	return tx.add(txOp{kind: txAckSub, dk: Topic, dest: topic, sub: sub, seqs: append([]uint64(nil), seqs...)})
+}
+
+// add adds o to the transaction if o.check passes.
+func (tx *Tx) add(o txOp) error {
 	if err := tx.usable(); err != nil {
 		return err
 	}
-	if err := checkDest(Topic, topic); err != nil {
+	if err := o.check(); err != nil {
 		return err
 	}
-	if err := checkName("subscription name", sub); err != nil {
-		return err
+	tx.ops = append(tx.ops, o)
+	return nil
+}
+
+// check refuses (kdb.ErrInvalid) an op that Tx.Send, Ack or AckSub would
+// not add: it is their check of the caller's input, and decodeTx's of a
+// prepared record's ops (which it reports as kdb.ErrCorrupt), so that
+// CommitPrepared runs only what the API could have prepared.
+func (o *txOp) check() error {
+	switch o.kind {
+	case txSend:
+		if err := checkMessage(o.msg); err != nil {
+			return err
+		}
+		if err := checkDest(o.dk, o.dest); err != nil {
+			return err
+		}
+	case txAck:
+		if o.dk != Queue {
+			return fmt.Errorf("%w: Ack is for queues; topics use AckSub", kdb.ErrInvalid)
+		}
+		if err := checkDest(o.dk, o.dest); err != nil {
+			return err
+		}
+	case txAckSub:
+		if o.dk != Topic {
+			return fmt.Errorf("%w: AckSub is for topics, not %s %q", kdb.ErrInvalid, o.dk, o.dest)
+		}
+		if err := checkDest(o.dk, o.dest); err != nil {
+			return err
+		}
+		if err := checkName("subscription name", o.sub); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%w: transaction op kind %d", kdb.ErrInvalid, o.kind)
 	}
-	tx.ops = append(tx.ops, txOp{kind: txAckSub, dk: Topic, dest: topic, sub: sub, seqs: append([]uint64(nil), seqs...)})
+	if o.kind != txAckSub && o.sub != "" {
+		return fmt.Errorf("%w: subscription name %q in a transaction op of kind %d", kdb.ErrInvalid, o.sub, o.kind)
+	}
 	return nil
 }
 
@@ -206,6 +227,10 @@ func (tx *Tx) Prepare(xid string) error {
 	if err := tx.b.write(true, dry); !errors.Is(err, errDryRun) {
 		return err
 	}
+	if testHookPrepareWrite != nil {
+		testHookPrepareWrite()
+	}
+	// Another Prepare of xid may have stored it since the dry run.
 	err := tx.b.write(true, func(w *bwrite) error {
 		if _, ok, err := w.get(txTree, []byte(xid)); err != nil {
 			return err
@@ -222,6 +247,10 @@ func (tx *Tx) Prepare(xid string) error {
 }
 
 var errDryRun = errors.New("broker: dry run")
+
+// testHookPrepareWrite, if set (by tests), runs between Prepare's dry run
+// and its write of the prepared record.
+var testHookPrepareWrite func()
 
 // Prepared returns the IDs of the prepared transactions, in order.
 func (b *Broker) Prepared() ([]string, error) {
@@ -306,7 +335,8 @@ func encodeTx(ops []txOp) []byte {
 }
 
 // decodeTx decodes encodeTx's bytes; it never panics and allocates at most
-// a bounded multiple of len(b).
+// a bounded multiple of len(b). An op that txOp.check refuses (one the API
+// never prepares) is kdb.ErrCorrupt.
 func decodeTx(b []byte) ([]txOp, error) {
 	d := codec.Decoder{B: b}
 	if v := d.Byte(); d.Err == nil && v != txVersion {
@@ -344,6 +374,14 @@ func decodeTx(b []byte) ([]txOp, error) {
 			if d.Err == nil {
 				return nil, fmt.Errorf("%w: broker transaction op kind %d", kdb.ErrCorrupt, o.kind)
 			}
+		}
+		if d.Err != nil {
+			break
+		}
+		// What the API refuses to prepare is damage here (not
+		// kdb.ErrInvalid: the caller gave nothing wrong).
+		if err := o.check(); err != nil {
+			return nil, fmt.Errorf("%w: broker transaction op %d: %v", kdb.ErrCorrupt, i, err)
 		}
 		ops = append(ops, o)
 	}

@@ -247,6 +247,33 @@ func TestOpen_SegmentLevelDamage(t *testing.T) {
 		}
 		requireBatches(t, j2, without(bs, inSeg(segs[1].ID)...))
 	})
+	t.Run("zeroed middle segment is damage", func(t *testing.T) {
+		// Only the last segment's creation can be torn: a zeroed segment
+		// before it was damaged, and is neither removed nor skipped
+		// silently.
+		img := fs.Clone()
+		id := segs[1].ID
+		before, err := vfs.ReadFile(img, name(id))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := kdbtest.ZeroRange(img, name(id), 0, int64(len(before))); err != nil {
+			t.Fatal(err)
+		}
+		_, rep, err := Open(testDir, Options{FS: img, SegmentSize: 64 << 10})
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), id.String()+"@0") {
+			t.Fatalf("Open: %v (report %+v), want ErrCorrupt naming %s@0", err, rep, id)
+		}
+		if after, err := vfs.ReadFile(img, name(id)); err != nil || len(after) != len(before) {
+			t.Fatalf("the zeroed segment after a refused Open: %d bytes, %v; want %d", len(after), err, len(before))
+		}
+		j2, rep := openMem(t, img, Options{SkipDamaged: true})
+		defer mustClose(t, j2)
+		if len(rep.Skipped) != 1 || rep.Skipped[0].From != (Location{id, 0}) {
+			t.Fatalf("Skipped: %+v, want the zeroed %s", rep.Skipped, id)
+		}
+		requireBatches(t, j2, without(bs, inSeg(id)...))
+	})
 	t.Run("missing middle segment", func(t *testing.T) {
 		img := fs.Clone()
 		if err := img.Remove(name(segs[2].ID)); err != nil {
@@ -427,5 +454,43 @@ func TestOpen_CreatesItsDirectoryDurably(t *testing.T) {
 				t.Fatalf("after a power loss the journal holds %d records, want the 1 acknowledged", len(got))
 			}
 		})
+	}
+}
+
+// TestOpen_WriterAfterReopenProvesWhatOpenSynced: Open syncs the last
+// segment before the writer resumes on it, so the first frame written after
+// a reopen records that the bytes before it are synced, and damage in a
+// batch acknowledged before a crash and the reopen is then ErrCorrupt
+// naming it, not a torn tail cut silently together with the batch
+// acknowledged after it.
+func TestOpen_WriterAfterReopenProvesWhatOpenSynced(t *testing.T) {
+	fs := vfs.NewMem()
+	j, _ := openMem(t, fs, Options{})
+	old, err := j.Append(Record{Type: 1, Payload: payload(0, 0, 300)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A crash, not a Close: a close mark would prove the batch durable by
+	// itself.
+	fs2 := fs.CrashClone(vfs.CrashOptions{KeepUnsynced: 1})
+	mustClose(t, j)
+	fs = fs2
+	j, _ = openMem(t, fs, Options{})
+	if _, err := j.Append(Record{Type: 1, Payload: payload(1, 0, 300)}); err != nil {
+		t.Fatal(err)
+	}
+	img := fs.CrashClone(vfs.CrashOptions{}) // every acknowledged byte is synced
+	mustClose(t, j)
+	if err := kdbtest.FlipBit(img, testDir+"/"+old[0].Segment.String(), old[0].Offset+recHeaderSize+5, 3); err != nil {
+		t.Fatal(err)
+	}
+	j2, rep, err := Open(testDir, Options{FS: img, SegmentSize: 64 << 10})
+	if err == nil {
+		n := len(collect(t, j2))
+		mustClose(t, j2)
+		t.Fatalf("Open cut damage at %s in an acknowledged batch as a torn tail (torn at %s, %d bytes; %d records left), want ErrCorrupt", old[0], rep.TornAt, rep.TornBytesTruncated, n)
+	}
+	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), old[0].String()) {
+		t.Fatalf("Open: %v, want ErrCorrupt naming %s", err, old[0])
 	}
 }
