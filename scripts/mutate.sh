@@ -196,6 +196,66 @@ m store-dir-unlocked vfs/helpers.go \
   'dl, ok := fsys.(DirLocker)' 'dl, ok := fsys.(DirLocker); ok = false' \
   '. ./vfs' "the store's directory is not locked, only its lock file: deleting that file under a live store lets a second writer in (acknowledged writes lost)"
 
+# ---- Recovery edges found by review (session of 2026-12-06).
+m journal-dir-parents-not-durable journal/scan.go \
+  'vfs.MkdirAllDurable(fsys, j.dir, 0o750)' 'fsys.MkdirAll(j.dir, 0o750)' \
+  './journal . ./broker' "the journal's Open creates its directory without syncing the new entries into their parents: a power loss right after Open loses the directory and every segment in it"
+m reopen-forgets-what-open-synced journal/scan.go \
+  'w.seg, w.off, w.synced, w.prevOff, w.alloc = last, last.end, last.end, last.last, last.size' 'w.seg, w.off, w.synced, w.prevOff, w.alloc = last, last.end, segHeaderSize, last.last, last.size' \
+  './journal . ./broker' "the reopened writer forgets that Open synced the last segment: its first frame's synced field proves nothing, so damage in an acknowledged batch before it is cut as a torn tail"
+m zeroed-segment-removed-anywhere journal/scan.go \
+  'if last && size >= segHeaderSize && !j.beforeReplayPosition(Location{id, 0}) {' 'if size >= segHeaderSize && !j.beforeReplayPosition(Location{id, 0}) {' \
+  './journal . ./broker' "a zeroed segment before the last is taken for a torn creation and deleted: its records are lost with no error and no gap reported"
+m orphan-value-records-dropped apply.go \
+  'if len(r.vals) == 0 {' 'if true {' \
+  '.' "Open drops value records at the end of the journal that no batch refers to (damage or a foreign writer) without a word"
+
+# ---- The broker's edges (session of 2026-12-06).
+m broker-dest-map-misses-last broker/broker.go \
+  $'for _, o := range w.order {\n\t\t\tw.dests[string(o.key)] = o' $'for _, o := range w.order[:len(w.order)-1] {\n\t\t\tw.dests[string(o.key)] = o' \
+  './broker' "a write reading more than maxDestScan destinations indexes them without the last: a second send to it in the transaction reads its stale record again"
+m broker-prepare-overwrites broker/tx.go \
+  $'} else if ok {\n\t\t\treturn fmt.Errorf("%w: transaction %q is prepared already", ErrDuplicate, xid)\n\t\t}\n\t\tw.put(txTree' $'} else if ok && false {\n\t\t\treturn fmt.Errorf("%w: transaction %q is prepared already", ErrDuplicate, xid)\n\t\t}\n\t\tw.put(txTree' \
+  './broker' "Prepare's write does not refuse an xid prepared since its dry run: it overwrites the other prepared transaction"
+m broker-prepare-dryrun-dup-unchecked broker/tx.go \
+  $'} else if ok {\n\t\t\treturn fmt.Errorf("%w: transaction %q is prepared already", ErrDuplicate, xid)\n\t\t}\n\t\tops, err := decodeTx(enc)' $'} else if ok && false {\n\t\t\treturn fmt.Errorf("%w: transaction %q is prepared already", ErrDuplicate, xid)\n\t\t}\n\t\tops, err := decodeTx(enc)' \
+  './broker' "Prepare's dry run runs the ops of an xid prepared already: their error hides ErrDuplicate"
+m broker-delete-other-generation broker/unsub.go \
+  'if began && (isNotFound(err) || err == nil && d.id != id) {' 'if began && (isNotFound(err) || err == nil && d.id != id && false) {' \
+  './broker' "a DeleteDestination whose topic another call deleted and a Send made again between two of its batches deletes the new topic"
+m broker-ackasync-long-dup-unchecked broker/ackasync.go \
+  $'\t\t\tacked = acked || twice\n' $'\t\t\tacked = acked || twice && false\n' \
+  './broker' "AckAsync of a list longer than 16 accepts a message named twice"
+m broker-sub-record-length-unchecked broker/read.go \
+  $'\tif !ok {\n\t\treturn nil, 0, fmt.Errorf("%w: subscription %q of topic %q", kdb.ErrNotFound, sub, topic)\n\t}\n\tif len(v) != 16 {' $'\tif !ok || len(v) != 16 {\n\t\treturn nil, 0, fmt.Errorf("%w: subscription %q of topic %q", kdb.ErrNotFound, sub, topic)\n\t}\n\tif false {' \
+  './broker' "Pending and ReadSub take a damaged subscription record for a missing subscription (ErrNotFound, not ErrCorrupt)"
+m broker-check-id-counter-length broker/check.go \
+  $'} else if ok && len(v) != 8 {\n\t\treturn fmt.Errorf("%w: broker id counter (tree %q, key \\"ids\\"): record of %d bytes, want 8", kdb.ErrCorrupt, ctrTree, len(v))\n\t} else if ok {' $'} else if ok && len(v) == 8 {' \
+  './broker' "the broker's Check passes an id counter record of the wrong length"
+m broker-decodetx-unchecked broker/tx.go \
+  $'\t\tif err := o.check(); err != nil {\n\t\t\treturn nil, fmt.Errorf("%w: broker transaction op %d' $'\t\tif err := o.check(); err != nil && false {\n\t\t\treturn nil, fmt.Errorf("%w: broker transaction op %d' \
+  './broker' "decodeTx accepts prepared ops the API refuses: CommitPrepared runs them (a subscription ack of a queue acks the topic's subscription)"
+
+# ---- Deferred and asynchronous commits (session of 2026-12-06).
+m overlay-cleanup-ignores-gen ordered.go \
+  'if e, ok := f.keys[k]; ok && e.gen == r.gen {' 'if _, ok := f.keys[k]; ok {' \
+  '. ./broker' "the overlay's cleanup after a submitted transaction is applied removes a key a later, still-running one rewrote: the next transaction reads the stale value"
+m gc-removes-replay-segment checkpoint.go \
+  'limit := applied.Segment' 'limit := applied.Segment + 1' \
+  '. ./broker' "journal GC removes the segment the checkpoint's replay position lies in: the store cannot be opened again"
+m folded-nosync-leaks-to-host deferred.go \
+  $'\ttx.noSync = noSync\n}' $'\t_ = noSync\n}' \
+  '. ./broker' "a deferred function joined to a Submit that calls NoSync leaves the Submit's commit unsynced: its acknowledged write is lost at a power cut"
+m timer-sync-skipped commit.go \
+  'if err := db.j.Sync(); err != nil && !errors.Is(err, journal.ErrClosed)' 'if err := error(nil); err != nil && !errors.Is(err, journal.ErrClosed)' \
+  '. ./broker' "the SyncInterval timer never fsyncs NoSync and AckAsync commits: they are lost at a power cut however long ago they were made"
+m timer-flush-unsynced deferred.go \
+  '_ = db.flushDeferred(db.opts.Sync == SyncAlways)' '_ = db.flushDeferred(false)' \
+  '. ./broker' "under SyncAlways a deferred transaction the timer flushes is acknowledged (its done called) before its fsync"
+m deferred-error-fails-the-rest deferred.go \
+  $'\t\t\tif derr != nil {' $'\t\t\tif derr = err; errors.Is(err, ErrClosed) || errors.Is(err, ErrFailed) {' \
+  '. ./broker' "a deferred function's own ErrClosed or ErrFailed is taken for the database's: every deferred function after it fails unrun"
+
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
