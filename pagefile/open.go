@@ -195,7 +195,11 @@ func mapSize(size int64) int64 {
 // durable.
 func (o *opener) create() error {
 	f := o.f
-	if err := f.fs.MkdirAll(o.dir, 0o750); err != nil {
+	// Every directory created syncs its entry into its parent, and the
+	// store's own entry is synced even when it existed (its creator may
+	// have died before syncing it): db.data synced into a directory whose
+	// entry is not durable is lost with it at a power loss.
+	if err := vfs.MkdirAllDurable(f.fs, o.dir, 0o750); err != nil {
 		return fmt.Errorf("pagefile: create %s: %w", o.dir, err)
 	}
 	if err := f.fs.SyncDir(filepath.Dir(filepath.Clean(o.dir))); err != nil {
