@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -363,7 +364,10 @@ func (s *Store) DeleteRange(min, max uint64) error {
 		s.empty, s.first, s.last = true, 0, 0
 		return nil
 	}
-	var keys [][]byte
+	// The indexes in the range, as runs of consecutive ones: one run for a
+	// contiguous log, so what is held is a run per gap, not a key per entry.
+	type run struct{ lo, hi uint64 }
+	var runs []run
 	err := s.ns.View(func(sn *kdb.Snapshot) error {
 		it := sn.Iter(logIndex)
 		for ok := it.Seek(logKey(min)); ok; ok = it.Next() {
@@ -374,24 +378,38 @@ func (s *Store) DeleteRange(min, max uint64) error {
 			if i > max {
 				break
 			}
-			keys = append(keys, logKey(i))
+			if n := len(runs); n > 0 && runs[n-1].hi+1 == i {
+				runs[n-1].hi = i
+			} else {
+				runs = append(runs, run{i, i})
+			}
 		}
 		return it.Err()
 	})
 	if err != nil {
 		return err
 	}
-	if max >= s.last {
-		for i, j := 0, len(keys)-1; i < j; i, j = i+1, j-1 {
-			keys[i], keys[j] = keys[j], keys[i]
-		}
+	topDown := max >= s.last
+	if topDown {
+		slices.Reverse(runs)
 	}
 	per := s.db.MaxBatchSize() / (2 * (len(logIndex) + 8 + 32))
-	for len(keys) > 0 {
-		n := minInt(per, len(keys))
+	for len(runs) > 0 {
 		b := s.ns.NewBatch()
-		for _, k := range keys[:n] {
-			b.Delete(logIndex, k)
+		for n := 0; n < per && len(runs) > 0; n++ {
+			r := &runs[0]
+			if topDown {
+				b.Delete(logIndex, logKey(r.hi))
+			} else {
+				b.Delete(logIndex, logKey(r.lo))
+			}
+			if r.lo == r.hi {
+				runs = runs[1:]
+			} else if topDown {
+				r.hi--
+			} else {
+				r.lo++
+			}
 		}
 		if err := s.db.Write(b); err != nil {
 			if lerr := s.loadBounds(); lerr != nil {
@@ -399,16 +417,8 @@ func (s *Store) DeleteRange(min, max uint64) error {
 			}
 			return err
 		}
-		keys = keys[n:]
 	}
 	return s.loadBounds()
-}
-
-func minInt(a, b int) int {
-	if a < b {
-		return a
-	}
-	return b
 }
 
 func stableKey(k []byte) []byte { return append([]byte{stableVersion}, k...) }
