@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -312,6 +313,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		}
 		return bufio.ScanLines(data, atEOF)
 	})
+	indexSeen := false // the index is known to be in the store
 	for sc.Scan() {
 		key := strings.TrimSpace(sc.Text())
 		if key == "" {
@@ -326,6 +328,20 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 				out.Mismatched = append(out.Mismatched, key)
 			}
 		case errIsNotFound(err):
+			if !indexSeen {
+				// The first key not found: if the index itself is not in
+				// the store (a typo in --index, or a stress run with
+				// another --index), say so, rather than list every key
+				// as lost.
+				if err := indexInStore(db, *index); err != nil {
+					code := exitFor(err)
+					if errIsNotFound(err) {
+						code = exitProblems // as dump's missing index
+					}
+					return failed(stdout, stderr, "verify", *asJSON, "", err, code)
+				}
+				indexSeen = true
+			}
 			out.Missing = append(out.Missing, key)
 		default:
 			return failed(stdout, stderr, "verify", *asJSON, key+": ", err, exitFor(err))
@@ -351,4 +367,23 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		return exitProblems
 	}
 	return exitOK
+}
+
+// indexInStore returns nil if the store holds the index name, else an
+// error (ErrNotFound) that names the indexes it does hold.
+func indexInStore(db *kdb.DB, name string) error {
+	return db.View(func(s *kdb.Snapshot) error {
+		names, err := s.Indexes()
+		if err != nil {
+			return err
+		}
+		if slices.Contains(names, name) {
+			return nil
+		}
+		held := "no index"
+		if len(names) > 0 {
+			held = fmt.Sprintf("%q", names)
+		}
+		return fmt.Errorf("index %q: %w: the store holds %s; name the index stress wrote to with --index", name, kdb.ErrNotFound, held)
+	})
 }
