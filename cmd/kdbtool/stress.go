@@ -83,8 +83,12 @@ func stressValue(key string, size int) []byte {
 // (docs/FORMAT.md §4.1), the engine's options up to 1 GiB.
 const (
 	maxStressWriters = 1024
-	minSegmentSize   = 64 << 10
-	maxSegmentSize   = 1 << 30
+	// maxStressInFlight bounds --writers × --size: each writer holds its
+	// value, and the engine a copy, while its write is in flight, so 1024
+	// writers of 8 MiB values would hold ~16 GiB.
+	maxStressInFlight = 1 << 30
+	minSegmentSize    = 64 << 10
+	maxSegmentSize    = 1 << 30
 )
 
 type stressOut struct {
@@ -128,6 +132,9 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		return usageErr(fs, io.Discard, "--size %d: want 0 to %d bytes (kdb.MaxValueSize)", *size, kdb.MaxValueSize)
 	case *writers < 1 || *writers > maxStressWriters:
 		return usageErr(fs, io.Discard, "--writers %d: want 1 to %d", *writers, maxStressWriters)
+	case int64(*writers)*int64(*size) > maxStressInFlight:
+		return usageErr(fs, io.Discard, "--writers %d × --size %d: %d MiB of values in flight at once; want at most %d MiB (fewer writers or smaller values)",
+			*writers, *size, int64(*writers)*int64(*size)>>20, maxStressInFlight>>20)
 	case *count < 0:
 		return usageErr(fs, io.Discard, "--count %d: want 0 (until --duration or a signal) or more", *count)
 	case *duration < 0:
