@@ -668,18 +668,27 @@ func (h *Hook) barrier(cl *mqtt.Client) bool {
 // way could not be sent again on the next connection, where the alias
 // means nothing (mochi's own hooks store it so).
 //
+// A connection that starts a new session over a stored one (clean start,
+// or an MQTT 3.1.1 clean session: mochi's inheritClientSession then
+// discards the old one) removes the old session's subscriptions and
+// inflight messages in the commit of its client record, which its CONNACK
+// waits for. mochi reports the discarded inflight messages as dropped
+// (OnQosDropped) after this event, whose removals are not synced: the
+// CONNACK went out before them, and a crash then handed the old session's
+// messages to the new one after the restart.
+//
 // A connection made while OnStarted publishes the pending messages again
 // waits here until it is done. A connection that resumes a session also
 // waits for the fan-outs in progress (awaitFanouts).
 func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	<-h.replayed
-	if !pk.Connect.Clean {
-		if _, ok := h.srv.Clients.Get(cl.ID); ok {
-			h.awaitFanouts(cl.ID)
-		}
+	old, ok := h.srv.Clients.Get(cl.ID)
+	if ok && !pk.Connect.Clean {
+		h.awaitFanouts(cl.ID)
 	}
+	reset := ok && (pk.Connect.Clean || (old.Properties.Clean && old.Properties.ProtocolVersion < 5))
 	cl.Properties.Props.TopicAliasMaximum = 0
-	h.putClient(cl)
+	h.storeClient(cl, reset)
 }
 
 // fanoutWait bounds how long a resumed session's connection waits for
@@ -730,9 +739,13 @@ func (h *Hook) awaitFanouts(client string) {
 }
 
 // OnWillSent stores the client without its will.
-func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) { h.putClient(cl) }
+func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) { h.storeClient(cl, false) }
 
-func (h *Hook) putClient(cl *mqtt.Client) {
+// storeClient stores cl's session record; with reset, after the removal
+// of the stored session's subscriptions and inflight messages, in one
+// commit if it fits h.budget (else in commits in turn, the client record
+// last).
+func (h *Hook) storeClient(cl *mqtt.Client, reset bool) {
 	if cl.Net.Inline {
 		return
 	}
@@ -744,7 +757,12 @@ func (h *Hook) putClient(cl *mqtt.Client) {
 	key := clientKey(cl.ID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c, err := h.submitLocked(false, opCost(len(key), len(val)), func(tx *kdb.Txn) error { return tx.Put(idxClients, key, val) })
+	var ops []kvOp
+	if reset {
+		ops = h.sessionOpsLocked(cl.ID)
+	}
+	ops = append(ops, kvOp{index: idxClients, key: key, val: val})
+	c, err := h.submitOpsLocked(false, ops)
 	if errors.Is(err, errRefused) {
 		// A will of megabytes, say: the client is refused (if its
 		// session outlives the connection), not the hook.
@@ -788,37 +806,40 @@ func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 func (h *Hook) OnClientExpired(cl *mqtt.Client) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	fl := h.mu.flights[cl.ID]
-	delete(h.mu.flights, cl.ID)
 	delete(h.mu.last, cl.ID)
-	prefix := clientPrefix(cl.ID)
-	var subs [][]byte
-	_ = h.ns.View(func(s *kdb.Snapshot) error {
-		it := s.Iter(idxSubs)
-		for ok := it.Seek(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
-			subs = append(subs, bytes.Clone(it.Key()))
-		}
-		return it.Err()
-	})
 	// The client record last: a crash between the commits leaves it,
 	// and the session is expired again (with what is left of it).
-	var ops []kvOp
-	for _, k := range subs {
-		ops = append(ops, kvOp{index: idxSubs, key: k, del: true})
-	}
-	for pid, f := range fl {
-		if f.pub == nil && !f.unstored {
-			ops = append(ops, kvOp{index: idxInflight, key: inflightKey(cl.ID, pid), del: true})
-		}
-	}
-	ops = append(ops, kvOp{index: idxClients, key: clientKey(cl.ID), del: true})
+	ops := append(h.sessionOpsLocked(cl.ID), kvOp{index: idxClients, key: clientKey(cl.ID), del: true})
 	_, err := h.submitOpsLocked(false, ops)
 	if errors.Is(err, errRefused) {
 		h.Log.Error("kdbmqtt: an expired session's removal refused by the store; it is expired again after the next start", "client", cl.ID, "error", err)
 	}
-	for _, f := range fl {
+}
+
+// sessionOpsLocked forgets the subscriptions and inflight messages of
+// client's session and returns the removals of their records. A copy a
+// fan-out is still gathering is not written (it finds its flight gone).
+//
+// The caller must hold h.mu.
+func (h *Hook) sessionOpsLocked(client string) []kvOp {
+	fl := h.mu.flights[client]
+	delete(h.mu.flights, client)
+	prefix := clientPrefix(client)
+	var ops []kvOp
+	_ = h.ns.View(func(s *kdb.Snapshot) error {
+		it := s.Iter(idxSubs)
+		for ok := it.Seek(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+			ops = append(ops, kvOp{index: idxSubs, key: bytes.Clone(it.Key()), del: true})
+		}
+		return it.Err()
+	})
+	for pid, f := range fl {
+		if f.pub == nil && !f.unstored {
+			ops = append(ops, kvOp{index: idxInflight, key: inflightKey(client, pid), del: true})
+		}
 		f.pub = nil // a fan-out still gathering it will find it gone
 	}
+	return ops
 }
 
 // OnSubscribed stores the subscriptions granted, before the SUBACK.
