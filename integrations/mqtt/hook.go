@@ -688,7 +688,7 @@ func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	}
 	reset := ok && (pk.Connect.Clean || (old.Properties.Clean && old.Properties.ProtocolVersion < 5))
 	cl.Properties.Props.TopicAliasMaximum = 0
-	h.storeClient(cl, reset)
+	h.storeClient(cl, reset, true)
 }
 
 // fanoutWait bounds how long a resumed session's connection waits for
@@ -738,14 +738,16 @@ func (h *Hook) awaitFanouts(client string) {
 	}
 }
 
-// OnWillSent stores the client without its will.
-func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) { h.storeClient(cl, false) }
+// OnWillSent stores the client without its will. No ack of the client's
+// waits for it (the client is gone; its next CONNACK waits for its own
+// write, which comes after this one).
+func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) { h.storeClient(cl, false, false) }
 
 // storeClient stores cl's session record; with reset, after the removal
 // of the stored session's subscriptions and inflight messages, in one
 // commit if it fits h.budget (else in commits in turn, the client record
-// last).
-func (h *Hook) storeClient(cl *mqtt.Client, reset bool) {
+// last). With acked, the client's next ack (its CONNACK) waits for it.
+func (h *Hook) storeClient(cl *mqtt.Client, reset, acked bool) {
 	if cl.Net.Inline {
 		return
 	}
@@ -773,7 +775,9 @@ func (h *Hook) storeClient(cl *mqtt.Client, reset bool) {
 		// promises nothing stored.
 		err = nil
 	}
-	h.setLast(cl.ID, c, err)
+	if acked {
+		h.setLast(cl.ID, c, err)
+	}
 }
 
 // persistent reports whether cl's session outlives its connection (mochi's
@@ -871,7 +875,11 @@ func (h *Hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []by
 	h.setLast(cl.ID, c, err)
 }
 
-// OnUnsubscribed removes subscriptions, before the UNSUBACK.
+// OnUnsubscribed removes subscriptions, before the UNSUBACK. mochi also
+// calls it, with no packet ID, when a session ends or a clean start
+// discards it (UnsubscribeClient): no ack follows, and nothing is kept for
+// one (a clean start's CONNACK waits for the removals OnSessionEstablish
+// made).
 func (h *Hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	if len(pk.Filters) == 0 {
 		return
@@ -883,7 +891,9 @@ func (h *Hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c, err := h.submitOpsLocked(false, ops)
-	h.setLast(cl.ID, c, err)
+	if pk.PacketID != 0 {
+		h.setLast(cl.ID, c, err)
+	}
 }
 
 // OnRetainMessage stores (r 1) or removes a retained message, before the
@@ -935,15 +945,15 @@ func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 		// OnPublish refuses such a message before it gets here; a will
 		// does not pass through OnPublish.
 		h.Log.Warn("kdbmqtt: a retained message too large to store; not retained across a restart", "client", cl.ID, "topic", pk.TopicName, "bytes", len(val), "error", err)
-		if p := h.mu.open[cl.ID]; p == nil || p.tag != pk.Connect.ClientIdentifier {
-			// Not the client's publish awaiting its ack (a will, sent
-			// when the client is gone, or later, delayed): there is no
-			// ack to refuse, and the error would stick to the client's
-			// next connection and refuse its CONNACK.
-			err = nil
-		}
 	}
-	h.setLast(cl.ID, c, err)
+	if p := h.mu.open[cl.ID]; p != nil && p.tag == pk.Connect.ClientIdentifier {
+		h.setLast(cl.ID, c, err)
+	}
+	// Else no ack follows (QoS 0; a will, sent when the client is gone,
+	// or later, delayed): nothing is kept for one, and an error would
+	// stick to the client's next connection and refuse its CONNACK. The
+	// client's later acks wait for later commits, which take effect after
+	// this one.
 }
 
 // OnRetainedExpired removes an expired retained message.
