@@ -169,8 +169,9 @@
 // inflight messages in the commit of the new session record, which the
 // CONNACK waits for (mochi reports the inflight messages dropped after
 // that event, and a removal queued then, unsynced, came back after a
-// crash); removing a retained message that was not
-// there writes a removal, not an empty retained message; a resumed
+// crash); a session expiry interval changed by an MQTT 5 DISCONNECT is
+// stored (not synced: a DISCONNECT has no ack); removing a retained
+// message that was not there writes a removal, not an empty retained message; a resumed
 // session keeps its inflight records (mochi moves the messages to the new
 // client and reports them dropped from the old one: OnQosDropped on a
 // client taken over is ignored); a connection made while OnStarted

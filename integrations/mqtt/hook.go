@@ -89,6 +89,10 @@ type Hook struct {
 		// out either (mochi would put them in its topic tree with no
 		// session), but stay stored.
 		badClients map[string]bool
+		// conns holds, per client ID, the connection whose session
+		// record was stored last (OnSessionEstablish) and the session
+		// expiry interval stored, until that connection's OnDisconnect.
+		conns map[string]conn
 	}
 
 	// loaded at Init, handed out by the Stored* events and OnStarted.
@@ -149,6 +153,13 @@ type fanout struct {
 	val    []byte
 }
 
+// conn is a connection whose session record the hook stored, with the
+// session expiry interval it stored.
+type conn struct {
+	cl     *mqtt.Client
+	expiry uint32
+}
+
 type pendingMsg struct {
 	seq uint64
 	msg storage.Message
@@ -205,6 +216,7 @@ func (h *Hook) Init(config any) error {
 	h.mu.active = map[string]*publish{}
 	h.mu.open = map[string]*publish{}
 	h.mu.ended = map[string]bool{}
+	h.mu.conns = map[string]conn{}
 	h.replayed = make(chan struct{})
 	if err := h.load(); err != nil {
 		return err
@@ -751,14 +763,14 @@ func (h *Hook) storeClient(cl *mqtt.Client, reset, acked bool) {
 	if cl.Net.Inline {
 		return
 	}
-	var maxExpiry uint32
-	if h.Opts != nil && h.Opts.Capabilities != nil {
-		maxExpiry = h.Opts.Capabilities.MaximumSessionExpiryInterval
-	}
-	val := marshal(clientOf(cl, maxExpiry))
+	rec := clientOf(cl, h.maxSessionExpiry())
+	val := marshal(rec)
 	key := clientKey(cl.ID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if acked {
+		h.mu.conns[cl.ID] = conn{cl: cl, expiry: rec.Properties.SessionExpiryInterval}
+	}
 	var ops []kvOp
 	if reset {
 		ops = h.sessionOpsLocked(cl.ID)
@@ -789,14 +801,44 @@ func persistent(cl *mqtt.Client) bool {
 	return !cl.Properties.Clean
 }
 
-// OnDisconnect forgets a client whose session ends with its connection.
+// maxSessionExpiry is the server's MaximumSessionExpiryInterval (0: none).
+func (h *Hook) maxSessionExpiry() uint32 {
+	if h.Opts != nil && h.Opts.Capabilities != nil {
+		return h.Opts.Capabilities.MaximumSessionExpiryInterval
+	}
+	return 0
+}
+
+// OnDisconnect forgets a client whose session ends with its connection,
+// and stores again the session of one whose MQTT 5 DISCONNECT changed its
+// session expiry interval (mochi applies it to the client; stored as it
+// was at the CONNECT, a restart expired the session by the old interval).
+// Only the connection whose record was stored last does so: a session
+// taken over meanwhile keeps its new connection's record.
 func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
-	if !expire || cl.StopCause() == packets.ErrSessionTakenOver || cl.Net.Inline {
+	if cl.Net.Inline {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c, own := h.mu.conns[cl.ID]
+	own = own && c.cl == cl
+	if own {
+		delete(h.mu.conns, cl.ID)
+	}
+	if cl.StopCause() == packets.ErrSessionTakenOver {
 		return
 	}
 	key := clientKey(cl.ID)
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	if !expire {
+		rec := clientOf(cl, h.maxSessionExpiry())
+		if own && rec.Properties.SessionExpiryInterval != c.expiry {
+			val := marshal(rec)
+			// No ack waits for it (a DISCONNECT has none).
+			_, _ = h.submitLocked(false, opCost(len(key), len(val)), func(tx *kdb.Txn) error { return tx.Put(idxClients, key, val) })
+		}
+		return
+	}
 	if h.mu.ended != nil {
 		h.mu.ended[string(key)] = true
 	}

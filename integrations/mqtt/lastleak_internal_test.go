@@ -48,9 +48,12 @@ func TestHook_EndedClientsLeaveNoAckState(t *testing.T) {
 		t.Fatal(err)
 	}
 	h.mu.Lock()
-	left := len(h.mu.last)
+	left, conns := len(h.mu.last), len(h.mu.conns)
 	h.mu.Unlock()
 	if left != 0 {
 		t.Errorf("after %d clients connected, subscribed, published a retained message, left a will and ended: %d kept what their next ack would wait for, want 0", n, left)
+	}
+	if conns != 0 {
+		t.Errorf("after %d clients ended: %d connections still held, want 0", n, conns)
 	}
 }
