@@ -170,7 +170,10 @@
 // CONNACK waits for (mochi reports the inflight messages dropped after
 // that event, and a removal queued then, unsynced, came back after a
 // crash); a session expiry interval changed by an MQTT 5 DISCONNECT is
-// stored (not synced: a DISCONNECT has no ack); removing a retained
+// stored (not synced: a DISCONNECT has no ack); retained and inflight
+// messages with an MQTT 5 expiry interval get their expiry time back at
+// a start (storage.Message has none: mochi loaded them never to expire,
+// restoreExpiry); removing a retained
 // message that was not there writes a removal, not an empty retained message; a resumed
 // session keeps its inflight records (mochi moves the messages to the new
 // client and reports them dropped from the old one: OnQosDropped on a

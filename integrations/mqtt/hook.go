@@ -1774,8 +1774,53 @@ func (h *Hook) StoredInflightMessages() ([]storage.Message, error) {
 	return out, nil
 }
 
-// StoredSysInfo returns the stored server counters.
+// StoredSysInfo returns the stored server counters. mochi calls it last
+// of the Stored* events, after it loaded the retained and inflight
+// messages and before it serves: the hook then gives those messages their
+// expiry time (restoreExpiry).
 func (h *Hook) StoredSysInfo() (storage.SystemInfo, error) {
+	h.restoreExpiry()
+	return h.storedSysInfo()
+}
+
+// restoreExpiry gives the retained and inflight messages mochi loaded the
+// expiry time mochi gives a message it receives (Packet.Expiry: Created
+// plus the message expiry interval, at most the server's maximum), which
+// storage.Message cannot carry: without it, a message with an MQTT 5
+// expiry interval never expired after a restart (only the server's
+// maximum, counted from Created, applied).
+func (h *Hook) restoreExpiry() {
+	var most int64
+	if h.Opts != nil && h.Opts.Capabilities != nil {
+		most = h.Opts.Capabilities.MaximumMessageExpiryInterval
+	}
+	expiry := func(pk *packets.Packet) bool {
+		if pk.Expiry != 0 || pk.Properties.MessageExpiryInterval == 0 {
+			return false
+		}
+		e := int64(pk.Properties.MessageExpiryInterval)
+		if most > 0 && most < e {
+			e = most
+		}
+		pk.Expiry = pk.Created + e
+		pk.ProtocolVersion = 5 // mochi expires only MQTT 5 messages by their interval
+		return true
+	}
+	for topic, pk := range h.srv.Topics.Retained.GetAll() {
+		if expiry(&pk) {
+			h.srv.Topics.Retained.Add(topic, pk)
+		}
+	}
+	for _, cl := range h.srv.Clients.GetAll() {
+		for _, pk := range cl.State.Inflight.GetAll(false) {
+			if pk.FixedHeader.Type == packets.Publish && expiry(&pk) {
+				cl.State.Inflight.Set(pk)
+			}
+		}
+	}
+}
+
+func (h *Hook) storedSysInfo() (storage.SystemInfo, error) {
 	var v storage.SystemInfo
 	b, err := h.ns.Get(idxSys, sysKey)
 	if errors.Is(err, kdb.ErrNotFound) {
