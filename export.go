@@ -455,13 +455,22 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 	rep := &ExportReport{}
 	h := xxhash.New()
 	br := bufio.NewReaderSize(r, 1<<20)
-	tr := io.TeeReader(br, h)
+	// cr counts the bytes consumed, so that damage is reported at its
+	// offset in the file: at names where the item being read began; a
+	// read cut short by the end of the file is reported where it ended.
+	cr := &countingReader{r: br}
+	tr := io.TeeReader(cr, h)
+	var at int64
 	corrupt := func(format string, a ...any) error {
-		return fmt.Errorf("%w: snapshot: "+format, append([]any{ErrCorrupt}, a...)...)
+		return fmt.Errorf("%w: snapshot: offset %d: "+format, append([]any{ErrCorrupt, at}, a...)...)
+	}
+	cut := func(what string, err error) error {
+		at = cr.n
+		return corrupt("%s: %v (the file ends here)", what, err)
 	}
 	var hdr [8]byte
 	if _, err := io.ReadFull(tr, hdr[:]); err != nil {
-		return rep, corrupt("header: %v", err)
+		return rep, cut("header", err)
 	}
 	if binary.LittleEndian.Uint32(hdr[:]) != exportMagic {
 		return rep, corrupt("bad magic")
@@ -471,8 +480,12 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 	}
 	byteReader := readerByte{tr}
 	field := func() ([]byte, error) {
+		at = cr.n
 		n, err := binary.ReadUvarint(byteReader)
 		if err != nil {
+			if err == io.EOF || err == io.ErrUnexpectedEOF {
+				return nil, cut("length", err)
+			}
 			return nil, corrupt("length: %v", err)
 		}
 		if n > maxExportField {
@@ -480,7 +493,7 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 		}
 		b := make([]byte, n)
 		if _, err := io.ReadFull(tr, b); err != nil {
-			return nil, corrupt("field: %v", err)
+			return nil, cut("field", err)
 		}
 		return b, nil
 	}
@@ -506,8 +519,9 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 	}
 	for {
 		var kind [1]byte
-		if _, err := io.ReadFull(br, kind[:]); err != nil {
-			return rep, corrupt("truncated after %d records: %v", records, err)
+		at = cr.n
+		if _, err := io.ReadFull(cr, kind[:]); err != nil {
+			return rep, cut(fmt.Sprintf("truncated after %d records", records), err)
 		}
 		if kind[0] == exportEnd {
 			break
@@ -515,6 +529,7 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 		h.Write(kind[:])
 		switch kind[0] {
 		case exportTree:
+			rec := at
 			name, err := field()
 			if err != nil {
 				return rep, err
@@ -522,6 +537,7 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 			if err := checkTreeName(name); err != nil {
 				// As replay would refuse it (engine trees, unknown
 				// namespaces, names over the limit).
+				at = rec
 				return rep, corrupt("%v", err)
 			}
 			if treeNew {
@@ -533,6 +549,7 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 			if tree == nil {
 				return rep, corrupt("key before any tree")
 			}
+			rec := at
 			k, err := field()
 			if err != nil {
 				return rep, err
@@ -542,6 +559,7 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 				return rep, err
 			}
 			if len(k) == 0 || len(k) > MaxKeySize || len(v) > MaxValueSize {
+				at = rec
 				return rep, corrupt("key of %d bytes, value of %d bytes", len(k), len(v))
 			}
 			ops = append(ops, op{kind: opPut, tree: tree, key: k, value: v})
@@ -560,15 +578,17 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 		records++
 	}
 	var trailer [16]byte
-	if _, err := io.ReadFull(br, trailer[:]); err != nil {
-		return rep, corrupt("trailer: %v", err)
+	at = cr.n
+	if _, err := io.ReadFull(cr, trailer[:]); err != nil {
+		return rep, cut("trailer", err)
 	}
 	if n := binary.LittleEndian.Uint64(trailer[:]); n != records {
 		return rep, corrupt("trailer counts %d records, read %d", n, records)
 	}
 	if sum := binary.LittleEndian.Uint64(trailer[8:]); sum != h.Sum64() {
-		return rep, corrupt("checksum mismatch")
+		return rep, corrupt("checksum mismatch: the trailer's checksum does not match the bytes before it")
 	}
+	at = cr.n
 	if _, err := br.ReadByte(); err != io.EOF {
 		return rep, corrupt("bytes after the trailer")
 	}
@@ -598,6 +618,18 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 		}
 		return nil
 	})
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // readerByte adapts an io.Reader to io.ByteReader one byte at a time.

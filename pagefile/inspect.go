@@ -120,10 +120,28 @@ func Inspect(fsys vfs.FS, dir string) (*Inspection, error) {
 		in.Slots[s] = SlotInfo{Intact: true, Meta: m}
 	}
 	o := opener{f: f, dir: dir, rep: &Report{}}
+	// A free-list file is read whole only up to the size the largest page
+	// count in sight (either meta slot, db.data's own size) could need, as
+	// Open bounds it (loadFreeFile): a damaged or sparse file of many GiB is
+	// reported, not read into memory.
+	pages := max(in.Meta.PageCount, uint64(f.dataSize/int64(f.pageSize)))
+	for _, sl := range in.Slots {
+		if sl.Intact {
+			pages = max(pages, sl.Meta.PageCount)
+		}
+	}
 	for _, name := range []string{freeFileName, freeFileName + prevSuffix} {
 		path := filepath.Join(dir, name)
 		fi := FreeFileInfo{Name: name}
-		b, err := vfs.ReadFile(fsys, path)
+		var b []byte
+		size, _, err := fsys.Stat(path)
+		if err == nil {
+			if limit := freeFileLimit(pages); size > limit {
+				err = fmt.Errorf("%s: size %d exceeds %d, the most a free list of %d pages needs", path, size, limit, pages)
+			} else {
+				b, err = vfs.ReadFile(fsys, path)
+			}
+		}
 		switch {
 		case isNotExist(err):
 		case err != nil:

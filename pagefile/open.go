@@ -412,6 +412,12 @@ func (o *opener) loadFreeList(meta Meta) (*freeList, string, string) {
 	return nil, "", reason
 }
 
+// freeFileLimit is the largest size of a trustworthy db.free for a store
+// of pageCount pages: it holds at most one range per two pages.
+func freeFileLimit(pageCount uint64) int64 {
+	return int64(freeHeaderSize) + int64(freeRangeSize)*int64(pageCount/2+1)
+}
+
 // loadFreeFile reads a db.free file and returns the free list if it can be
 // trusted for meta, else nil and the reason.
 func (o *opener) loadFreeFile(name string, meta Meta) (*freeList, string) {
@@ -423,8 +429,7 @@ func (o *opener) loadFreeFile(name string, meta Meta) (*freeList, string) {
 		}
 		return nil, fmt.Sprintf("db.free: %v", err)
 	}
-	// A trustworthy db.free holds at most one range per two pages.
-	if limit := int64(freeHeaderSize) + int64(freeRangeSize)*int64(meta.PageCount/2+1); size > limit {
+	if limit := freeFileLimit(meta.PageCount); size > limit {
 		return nil, fmt.Sprintf("db.free size %d exceeds %d for page count %d", size, limit, meta.PageCount)
 	}
 	b, err := vfs.ReadFile(f.fs, name)

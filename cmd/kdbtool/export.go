@@ -121,6 +121,20 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failed(stdout, stderr, "export", *asJSON, "", err, exitIO)
 	}
+	// Export is read-only: a FILE in the store's own directory (named
+	// directly, or through a link to it or to one of its files) would put
+	// a foreign file in the store, or replace one of the store's files.
+	if inside, err := sameDir(filepath.Dir(file), dir); err == nil && inside {
+		err = fmt.Errorf("%s is inside the store's directory %s: export writes the snapshot beside FILE and renames it over FILE, which could replace one of the store's files; name a file outside it", file, dir)
+		return failed(stdout, stderr, "export", *asJSON, "", err, exitUsage)
+	}
+	// The snapshot is renamed over FILE: a FILE that is not a regular file
+	// (a device such as /dev/full, a FIFO, a socket, a directory) would be
+	// replaced, the device node by a regular file, so it is refused.
+	if st, err := os.Stat(file); err == nil && !st.Mode().IsRegular() {
+		err = fmt.Errorf("%s is not a regular file (%s): export writes the snapshot to a new file and renames it over FILE; name a regular file or a new name", file, fileKind(st.Mode()))
+		return failed(stdout, stderr, "export", *asJSON, "", err, exitUsage)
+	}
 	stale, err := removeStaleExportTemps(file)
 	if err != nil {
 		return failed(stdout, stderr, "export", *asJSON, "", err, exitIO)
@@ -156,6 +170,35 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "exported to %s (%s): %d trees, %d keys; %d indexes, %d destinations, %d subscriptions, %d messages, %d prepared transactions\n",
 		file, exportFormatName, out.Trees, out.Keys, out.Indexes, out.Destinations, out.Subscriptions, out.Messages, out.Prepared)
 	return exitOK
+}
+
+// sameDir reports whether the directories a and b are the same one
+// (through symbolic links too).
+func sameDir(a, b string) (bool, error) {
+	sa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	sb, err := os.Stat(b)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(sa, sb), nil
+}
+
+// fileKind names the kind of a file that is not a regular one.
+func fileKind(m os.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&os.ModeDevice != 0:
+		return "a device"
+	case m&os.ModeNamedPipe != 0:
+		return "a FIFO"
+	case m&os.ModeSocket != 0:
+		return "a socket"
+	}
+	return "mode " + m.String()
 }
 
 // linkTarget follows p while it is a symbolic link and returns the name

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -82,8 +83,12 @@ func stressValue(key string, size int) []byte {
 // (docs/FORMAT.md §4.1), the engine's options up to 1 GiB.
 const (
 	maxStressWriters = 1024
-	minSegmentSize   = 64 << 10
-	maxSegmentSize   = 1 << 30
+	// maxStressInFlight bounds --writers × --size: each writer holds its
+	// value, and the engine a copy, while its write is in flight, so 1024
+	// writers of 8 MiB values would hold ~16 GiB.
+	maxStressInFlight = 1 << 30
+	minSegmentSize    = 64 << 10
+	maxSegmentSize    = 1 << 30
 )
 
 type stressOut struct {
@@ -127,6 +132,9 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		return usageErr(fs, io.Discard, "--size %d: want 0 to %d bytes (kdb.MaxValueSize)", *size, kdb.MaxValueSize)
 	case *writers < 1 || *writers > maxStressWriters:
 		return usageErr(fs, io.Discard, "--writers %d: want 1 to %d", *writers, maxStressWriters)
+	case int64(*writers)*int64(*size) > maxStressInFlight:
+		return usageErr(fs, io.Discard, "--writers %d × --size %d: %d MiB of values in flight at once; want at most %d MiB (fewer writers or smaller values)",
+			*writers, *size, int64(*writers)*int64(*size)>>20, maxStressInFlight>>20)
 	case *count < 0:
 		return usageErr(fs, io.Discard, "--count %d: want 0 (until --duration or a signal) or more", *count)
 	case *duration < 0:
@@ -312,6 +320,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		}
 		return bufio.ScanLines(data, atEOF)
 	})
+	indexSeen := false // the index is known to be in the store
 	for sc.Scan() {
 		key := strings.TrimSpace(sc.Text())
 		if key == "" {
@@ -326,6 +335,20 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 				out.Mismatched = append(out.Mismatched, key)
 			}
 		case errIsNotFound(err):
+			if !indexSeen {
+				// The first key not found: if the index itself is not in
+				// the store (a typo in --index, or a stress run with
+				// another --index), say so, rather than list every key
+				// as lost.
+				if err := indexInStore(db, *index); err != nil {
+					code := exitFor(err)
+					if errIsNotFound(err) {
+						code = exitProblems // as dump's missing index
+					}
+					return failed(stdout, stderr, "verify", *asJSON, "", err, code)
+				}
+				indexSeen = true
+			}
 			out.Missing = append(out.Missing, key)
 		default:
 			return failed(stdout, stderr, "verify", *asJSON, key+": ", err, exitFor(err))
@@ -351,4 +374,23 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		return exitProblems
 	}
 	return exitOK
+}
+
+// indexInStore returns nil if the store holds the index name, else an
+// error (ErrNotFound) that names the indexes it does hold.
+func indexInStore(db *kdb.DB, name string) error {
+	return db.View(func(s *kdb.Snapshot) error {
+		names, err := s.Indexes()
+		if err != nil {
+			return err
+		}
+		if slices.Contains(names, name) {
+			return nil
+		}
+		held := "no index"
+		if len(names) > 0 {
+			held = fmt.Sprintf("%q", names)
+		}
+		return fmt.Errorf("index %q: %w: the store holds %s; name the index stress wrote to with --index", name, kdb.ErrNotFound, held)
+	})
 }

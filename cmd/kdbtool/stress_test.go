@@ -148,3 +148,24 @@ func TestStress_KillThenVerify(t *testing.T) {
 		t.Fatalf("check after SIGKILL and recover: exit %d\n%s", code, out)
 	}
 }
+
+// TestStress_BoundsBytesInFlight: each writer holds its value (and the
+// engine a copy) while its write is in flight, so --writers 1024 --size
+// 8388608, each within its own range, made stress hold ~16 GiB (a run of
+// 300 writes peaked at 4.9 GB resident). Their product is bounded: a
+// usage error, and no store is created.
+func TestStress_BoundsBytesInFlight(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "s")
+	code, out, errs := runTool(t, "stress", "--writers", "1024", "--size", "8388608", "--count", "1", dir)
+	if code != exitUsage || !strings.Contains(errs, "--writers") || out != "" {
+		t.Fatalf("stress --writers 1024 --size 8 MiB: exit %d, stdout %q, stderr %q; want a usage error (exit %d) about --writers × --size", code, out, errs, exitUsage)
+	}
+	if _, err := os.Stat(dir); err == nil {
+		t.Errorf("stress with a refused flag created %s", dir)
+	}
+	// At the bound itself it runs.
+	code, _, errs = runTool(t, "stress", "--writers", "128", "--size", "8388608", "--count", "1", dir)
+	if code != exitOK {
+		t.Fatalf("stress --writers 128 --size 8 MiB (1 GiB in flight): exit %d: %s", code, errs)
+	}
+}

@@ -164,8 +164,17 @@
 // when the process was killed: mochi ends it at the start before it loads
 // them) are removed at the start, not handed to the server, which would
 // put the subscriptions in its topic tree for any later client of that ID;
-// removing a retained message that was not
-// there writes a removal, not an empty retained message; a resumed
+// a clean start over a stored session (or an MQTT 3.1.1 clean
+// session over a connected one) removes that session's subscriptions and
+// inflight messages in the commit of the new session record, which the
+// CONNACK waits for (mochi reports the inflight messages dropped after
+// that event, and a removal queued then, unsynced, came back after a
+// crash); a session expiry interval changed by an MQTT 5 DISCONNECT is
+// stored (not synced: a DISCONNECT has no ack); retained and inflight
+// messages with an MQTT 5 expiry interval get their expiry time back at
+// a start (storage.Message has none: mochi loaded them never to expire,
+// restoreExpiry); removing a retained
+// message that was not there writes a removal, not an empty retained message; a resumed
 // session keeps its inflight records (mochi moves the messages to the new
 // client and reports them dropped from the old one: OnQosDropped on a
 // client taken over is ignored); a connection made while OnStarted

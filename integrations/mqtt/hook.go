@@ -89,6 +89,10 @@ type Hook struct {
 		// out either (mochi would put them in its topic tree with no
 		// session), but stay stored.
 		badClients map[string]bool
+		// conns holds, per client ID, the connection whose session
+		// record was stored last (OnSessionEstablish) and the session
+		// expiry interval stored, until that connection's OnDisconnect.
+		conns map[string]conn
 	}
 
 	// loaded at Init, handed out by the Stored* events and OnStarted.
@@ -149,6 +153,13 @@ type fanout struct {
 	val    []byte
 }
 
+// conn is a connection whose session record the hook stored, with the
+// session expiry interval it stored.
+type conn struct {
+	cl     *mqtt.Client
+	expiry uint32
+}
+
 type pendingMsg struct {
 	seq uint64
 	msg storage.Message
@@ -205,6 +216,7 @@ func (h *Hook) Init(config any) error {
 	h.mu.active = map[string]*publish{}
 	h.mu.open = map[string]*publish{}
 	h.mu.ended = map[string]bool{}
+	h.mu.conns = map[string]conn{}
 	h.replayed = make(chan struct{})
 	if err := h.load(); err != nil {
 		return err
@@ -668,18 +680,27 @@ func (h *Hook) barrier(cl *mqtt.Client) bool {
 // way could not be sent again on the next connection, where the alias
 // means nothing (mochi's own hooks store it so).
 //
+// A connection that starts a new session over a stored one (clean start,
+// or an MQTT 3.1.1 clean session: mochi's inheritClientSession then
+// discards the old one) removes the old session's subscriptions and
+// inflight messages in the commit of its client record, which its CONNACK
+// waits for. mochi reports the discarded inflight messages as dropped
+// (OnQosDropped) after this event, whose removals are not synced: the
+// CONNACK went out before them, and a crash then handed the old session's
+// messages to the new one after the restart.
+//
 // A connection made while OnStarted publishes the pending messages again
 // waits here until it is done. A connection that resumes a session also
 // waits for the fan-outs in progress (awaitFanouts).
 func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	<-h.replayed
-	if !pk.Connect.Clean {
-		if _, ok := h.srv.Clients.Get(cl.ID); ok {
-			h.awaitFanouts(cl.ID)
-		}
+	old, ok := h.srv.Clients.Get(cl.ID)
+	if ok && !pk.Connect.Clean {
+		h.awaitFanouts(cl.ID)
 	}
+	reset := ok && (pk.Connect.Clean || (old.Properties.Clean && old.Properties.ProtocolVersion < 5))
 	cl.Properties.Props.TopicAliasMaximum = 0
-	h.putClient(cl)
+	h.storeClient(cl, reset, true)
 }
 
 // fanoutWait bounds how long a resumed session's connection waits for
@@ -729,22 +750,33 @@ func (h *Hook) awaitFanouts(client string) {
 	}
 }
 
-// OnWillSent stores the client without its will.
-func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) { h.putClient(cl) }
+// OnWillSent stores the client without its will. No ack of the client's
+// waits for it (the client is gone; its next CONNACK waits for its own
+// write, which comes after this one).
+func (h *Hook) OnWillSent(cl *mqtt.Client, pk packets.Packet) { h.storeClient(cl, false, false) }
 
-func (h *Hook) putClient(cl *mqtt.Client) {
+// storeClient stores cl's session record; with reset, after the removal
+// of the stored session's subscriptions and inflight messages, in one
+// commit if it fits h.budget (else in commits in turn, the client record
+// last). With acked, the client's next ack (its CONNACK) waits for it.
+func (h *Hook) storeClient(cl *mqtt.Client, reset, acked bool) {
 	if cl.Net.Inline {
 		return
 	}
-	var maxExpiry uint32
-	if h.Opts != nil && h.Opts.Capabilities != nil {
-		maxExpiry = h.Opts.Capabilities.MaximumSessionExpiryInterval
-	}
-	val := marshal(clientOf(cl, maxExpiry))
+	rec := clientOf(cl, h.maxSessionExpiry())
+	val := marshal(rec)
 	key := clientKey(cl.ID)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c, err := h.submitLocked(false, opCost(len(key), len(val)), func(tx *kdb.Txn) error { return tx.Put(idxClients, key, val) })
+	if acked {
+		h.mu.conns[cl.ID] = conn{cl: cl, expiry: rec.Properties.SessionExpiryInterval}
+	}
+	var ops []kvOp
+	if reset {
+		ops = h.sessionOpsLocked(cl.ID)
+	}
+	ops = append(ops, kvOp{index: idxClients, key: key, val: val})
+	c, err := h.submitOpsLocked(false, ops)
 	if errors.Is(err, errRefused) {
 		// A will of megabytes, say: the client is refused (if its
 		// session outlives the connection), not the hook.
@@ -755,7 +787,9 @@ func (h *Hook) putClient(cl *mqtt.Client) {
 		// promises nothing stored.
 		err = nil
 	}
-	h.setLast(cl.ID, c, err)
+	if acked {
+		h.setLast(cl.ID, c, err)
+	}
 }
 
 // persistent reports whether cl's session outlives its connection (mochi's
@@ -767,14 +801,44 @@ func persistent(cl *mqtt.Client) bool {
 	return !cl.Properties.Clean
 }
 
-// OnDisconnect forgets a client whose session ends with its connection.
+// maxSessionExpiry is the server's MaximumSessionExpiryInterval (0: none).
+func (h *Hook) maxSessionExpiry() uint32 {
+	if h.Opts != nil && h.Opts.Capabilities != nil {
+		return h.Opts.Capabilities.MaximumSessionExpiryInterval
+	}
+	return 0
+}
+
+// OnDisconnect forgets a client whose session ends with its connection,
+// and stores again the session of one whose MQTT 5 DISCONNECT changed its
+// session expiry interval (mochi applies it to the client; stored as it
+// was at the CONNECT, a restart expired the session by the old interval).
+// Only the connection whose record was stored last does so: a session
+// taken over meanwhile keeps its new connection's record.
 func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
-	if !expire || cl.StopCause() == packets.ErrSessionTakenOver || cl.Net.Inline {
+	if cl.Net.Inline {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	c, own := h.mu.conns[cl.ID]
+	own = own && c.cl == cl
+	if own {
+		delete(h.mu.conns, cl.ID)
+	}
+	if cl.StopCause() == packets.ErrSessionTakenOver {
 		return
 	}
 	key := clientKey(cl.ID)
-	h.mu.Lock()
-	defer h.mu.Unlock()
+	if !expire {
+		rec := clientOf(cl, h.maxSessionExpiry())
+		if own && rec.Properties.SessionExpiryInterval != c.expiry {
+			val := marshal(rec)
+			// No ack waits for it (a DISCONNECT has none).
+			_, _ = h.submitLocked(false, opCost(len(key), len(val)), func(tx *kdb.Txn) error { return tx.Put(idxClients, key, val) })
+		}
+		return
+	}
 	if h.mu.ended != nil {
 		h.mu.ended[string(key)] = true
 	}
@@ -788,37 +852,40 @@ func (h *Hook) OnDisconnect(cl *mqtt.Client, _ error, expire bool) {
 func (h *Hook) OnClientExpired(cl *mqtt.Client) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	fl := h.mu.flights[cl.ID]
-	delete(h.mu.flights, cl.ID)
 	delete(h.mu.last, cl.ID)
-	prefix := clientPrefix(cl.ID)
-	var subs [][]byte
-	_ = h.ns.View(func(s *kdb.Snapshot) error {
-		it := s.Iter(idxSubs)
-		for ok := it.Seek(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
-			subs = append(subs, bytes.Clone(it.Key()))
-		}
-		return it.Err()
-	})
 	// The client record last: a crash between the commits leaves it,
 	// and the session is expired again (with what is left of it).
-	var ops []kvOp
-	for _, k := range subs {
-		ops = append(ops, kvOp{index: idxSubs, key: k, del: true})
-	}
-	for pid, f := range fl {
-		if f.pub == nil && !f.unstored {
-			ops = append(ops, kvOp{index: idxInflight, key: inflightKey(cl.ID, pid), del: true})
-		}
-	}
-	ops = append(ops, kvOp{index: idxClients, key: clientKey(cl.ID), del: true})
+	ops := append(h.sessionOpsLocked(cl.ID), kvOp{index: idxClients, key: clientKey(cl.ID), del: true})
 	_, err := h.submitOpsLocked(false, ops)
 	if errors.Is(err, errRefused) {
 		h.Log.Error("kdbmqtt: an expired session's removal refused by the store; it is expired again after the next start", "client", cl.ID, "error", err)
 	}
-	for _, f := range fl {
+}
+
+// sessionOpsLocked forgets the subscriptions and inflight messages of
+// client's session and returns the removals of their records. A copy a
+// fan-out is still gathering is not written (it finds its flight gone).
+//
+// The caller must hold h.mu.
+func (h *Hook) sessionOpsLocked(client string) []kvOp {
+	fl := h.mu.flights[client]
+	delete(h.mu.flights, client)
+	prefix := clientPrefix(client)
+	var ops []kvOp
+	_ = h.ns.View(func(s *kdb.Snapshot) error {
+		it := s.Iter(idxSubs)
+		for ok := it.Seek(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+			ops = append(ops, kvOp{index: idxSubs, key: bytes.Clone(it.Key()), del: true})
+		}
+		return it.Err()
+	})
+	for pid, f := range fl {
+		if f.pub == nil && !f.unstored {
+			ops = append(ops, kvOp{index: idxInflight, key: inflightKey(client, pid), del: true})
+		}
 		f.pub = nil // a fan-out still gathering it will find it gone
 	}
+	return ops
 }
 
 // OnSubscribed stores the subscriptions granted, before the SUBACK.
@@ -850,7 +917,11 @@ func (h *Hook) OnSubscribed(cl *mqtt.Client, pk packets.Packet, reasonCodes []by
 	h.setLast(cl.ID, c, err)
 }
 
-// OnUnsubscribed removes subscriptions, before the UNSUBACK.
+// OnUnsubscribed removes subscriptions, before the UNSUBACK. mochi also
+// calls it, with no packet ID, when a session ends or a clean start
+// discards it (UnsubscribeClient): no ack follows, and nothing is kept for
+// one (a clean start's CONNACK waits for the removals OnSessionEstablish
+// made).
 func (h *Hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	if len(pk.Filters) == 0 {
 		return
@@ -862,7 +933,9 @@ func (h *Hook) OnUnsubscribed(cl *mqtt.Client, pk packets.Packet) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c, err := h.submitOpsLocked(false, ops)
-	h.setLast(cl.ID, c, err)
+	if pk.PacketID != 0 {
+		h.setLast(cl.ID, c, err)
+	}
 }
 
 // OnRetainMessage stores (r 1) or removes a retained message, before the
@@ -914,15 +987,15 @@ func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 		// OnPublish refuses such a message before it gets here; a will
 		// does not pass through OnPublish.
 		h.Log.Warn("kdbmqtt: a retained message too large to store; not retained across a restart", "client", cl.ID, "topic", pk.TopicName, "bytes", len(val), "error", err)
-		if p := h.mu.open[cl.ID]; p == nil || p.tag != pk.Connect.ClientIdentifier {
-			// Not the client's publish awaiting its ack (a will, sent
-			// when the client is gone, or later, delayed): there is no
-			// ack to refuse, and the error would stick to the client's
-			// next connection and refuse its CONNACK.
-			err = nil
-		}
 	}
-	h.setLast(cl.ID, c, err)
+	if p := h.mu.open[cl.ID]; p != nil && p.tag == pk.Connect.ClientIdentifier {
+		h.setLast(cl.ID, c, err)
+	}
+	// Else no ack follows (QoS 0; a will, sent when the client is gone,
+	// or later, delayed): nothing is kept for one, and an error would
+	// stick to the client's next connection and refuse its CONNACK. The
+	// client's later acks wait for later commits, which take effect after
+	// this one.
 }
 
 // OnRetainedExpired removes an expired retained message.
@@ -1701,8 +1774,53 @@ func (h *Hook) StoredInflightMessages() ([]storage.Message, error) {
 	return out, nil
 }
 
-// StoredSysInfo returns the stored server counters.
+// StoredSysInfo returns the stored server counters. mochi calls it last
+// of the Stored* events, after it loaded the retained and inflight
+// messages and before it serves: the hook then gives those messages their
+// expiry time (restoreExpiry).
 func (h *Hook) StoredSysInfo() (storage.SystemInfo, error) {
+	h.restoreExpiry()
+	return h.storedSysInfo()
+}
+
+// restoreExpiry gives the retained and inflight messages mochi loaded the
+// expiry time mochi gives a message it receives (Packet.Expiry: Created
+// plus the message expiry interval, at most the server's maximum), which
+// storage.Message cannot carry: without it, a message with an MQTT 5
+// expiry interval never expired after a restart (only the server's
+// maximum, counted from Created, applied).
+func (h *Hook) restoreExpiry() {
+	var most int64
+	if h.Opts != nil && h.Opts.Capabilities != nil {
+		most = h.Opts.Capabilities.MaximumMessageExpiryInterval
+	}
+	expiry := func(pk *packets.Packet) bool {
+		if pk.Expiry != 0 || pk.Properties.MessageExpiryInterval == 0 {
+			return false
+		}
+		e := int64(pk.Properties.MessageExpiryInterval)
+		if most > 0 && most < e {
+			e = most
+		}
+		pk.Expiry = pk.Created + e
+		pk.ProtocolVersion = 5 // mochi expires only MQTT 5 messages by their interval
+		return true
+	}
+	for topic, pk := range h.srv.Topics.Retained.GetAll() {
+		if expiry(&pk) {
+			h.srv.Topics.Retained.Add(topic, pk)
+		}
+	}
+	for _, cl := range h.srv.Clients.GetAll() {
+		for _, pk := range cl.State.Inflight.GetAll(false) {
+			if pk.FixedHeader.Type == packets.Publish && expiry(&pk) {
+				cl.State.Inflight.Set(pk)
+			}
+		}
+	}
+}
+
+func (h *Hook) storedSysInfo() (storage.SystemInfo, error) {
 	var v storage.SystemInfo
 	b, err := h.ns.Get(idxSys, sysKey)
 	if errors.Is(err, kdb.ErrNotFound) {
