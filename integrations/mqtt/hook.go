@@ -853,6 +853,11 @@ func (h *Hook) OnClientExpired(cl *mqtt.Client) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	delete(h.mu.last, cl.ID)
+	if h.mu.conns[cl.ID].cl == cl {
+		// A connection whose CONNACK was not written: mochi calls no
+		// OnDisconnect for it.
+		delete(h.mu.conns, cl.ID)
+	}
 	// The client record last: a crash between the commits leaves it,
 	// and the session is expired again (with what is left of it).
 	ops := append(h.sessionOpsLocked(cl.ID), kvOp{index: idxClients, key: clientKey(cl.ID), del: true})

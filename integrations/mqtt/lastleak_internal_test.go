@@ -57,3 +57,31 @@ func TestHook_EndedClientsLeaveNoAckState(t *testing.T) {
 		t.Errorf("after %d clients ended: %d connections still held, want 0", n, conns)
 	}
 }
+
+// A connection whose CONNACK could not be written (the client went away
+// while the hook waited for its session's fsync) gets no OnDisconnect from
+// mochi, only, later, OnClientExpired: the hook forgets it there.
+func TestHook_ExpiredUnackedConnectionForgotten(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem(), SegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = db.Close() })
+	h := initTestHook(t, db)
+	const n = 10
+	for i := 0; i < n; i++ {
+		cl := h.srv.NewClient(nil, "t", fmt.Sprintf("c%d", i), false)
+		cl.Properties.ProtocolVersion = 5
+		h.OnSessionEstablish(cl, packets.Packet{Connect: packets.ConnectParams{Clean: true}})
+		h.OnClientExpired(cl)
+	}
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	h.mu.Lock()
+	conns := len(h.mu.conns)
+	h.mu.Unlock()
+	if conns != 0 {
+		t.Errorf("after %d connections expired without a disconnect: %d still held, want 0", n, conns)
+	}
+}
