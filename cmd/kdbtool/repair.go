@@ -71,7 +71,19 @@ func runRepair(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return argsFailed(fs, stdout, err)
 	}
-	out, err := repairStore(dir, *apply, *rebuild, stderr)
+	var out *repairOut
+	if *apply {
+		out, err = repairStore(dir, true, *rebuild, stderr)
+	} else {
+		// A dry run takes no lock and writes nothing: like check, it may
+		// read a store another process writes and checkpoints, and a run
+		// that raced with a checkpoint or journal GC is repeated
+		// (retryLive) rather than reported as damage.
+		out, err = retryLive(dir, func() (*repairOut, bool, error) {
+			out, err := repairStore(dir, false, *rebuild, stderr)
+			return out, out != nil && err == nil && out.OK, err
+		})
+	}
 	if out == nil {
 		return failed(stdout, stderr, "repair", *asJSON, "", err, exitFor(err))
 	}
