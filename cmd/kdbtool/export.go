@@ -132,7 +132,7 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	// (a device such as /dev/full, a FIFO, a socket, a directory) would be
 	// replaced, the device node by a regular file, so it is refused.
 	if st, err := os.Stat(file); err == nil && !st.Mode().IsRegular() {
-		err = fmt.Errorf("%s is not a regular file (%s): export writes the snapshot to a new file and renames it over FILE; name a regular file or a new name", file, fileKind(st.Mode()))
+		err = fmt.Errorf("%s is not a regular file (%s): export writes the snapshot to a new file and renames it over FILE; name a regular file or a new name", file, vfs.FileKind(st.Mode()))
 		return failed(stdout, stderr, "export", *asJSON, "", err, exitUsage)
 	}
 	stale, err := removeStaleExportTemps(file)
@@ -184,21 +184,6 @@ func sameDir(a, b string) (bool, error) {
 		return false, err
 	}
 	return os.SameFile(sa, sb), nil
-}
-
-// fileKind names the kind of a file that is not a regular one.
-func fileKind(m os.FileMode) string {
-	switch {
-	case m.IsDir():
-		return "a directory"
-	case m&os.ModeDevice != 0:
-		return "a device"
-	case m&os.ModeNamedPipe != 0:
-		return "a FIFO"
-	case m&os.ModeSocket != 0:
-		return "a socket"
-	}
-	return "mode " + m.String()
 }
 
 // linkTarget follows p while it is a symbolic link and returns the name
