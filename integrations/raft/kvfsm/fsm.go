@@ -39,6 +39,23 @@
 // its data into a new generation of the data tree and switches "gen" and
 // "applied" in one synced write, then drops the old generation: a crash
 // part-way leaves the old state, and Open drops a half-copied generation.
+//
+// # Sizes: every node's store needs the same SegmentSize
+//
+// A put goes into one kdb batch, so the largest a store takes depends on
+// its Options.SegmentSize (db.MaxBatchSize, a quarter of it, at most
+// 16 MiB): a put over it is answered with kdb.ErrInvalid and applied as
+// nothing. That answer is the store's, not the log's: a node whose store
+// has smaller segments than the leader's refuses a put the leader applied,
+// and the replicas differ from then on. Open every node's store with the
+// same SegmentSize (the example does: kdb's default, 32 MiB, takes puts of
+// nearly 8 MiB; it allows values up to 1 MiB). Restore checks every value
+// of the snapshot against the same bound before it writes anything: a
+// snapshot holding a value this store could not have applied is refused
+// whole (kdb.ErrInvalid, naming the key and the sizes) and the FSM keeps
+// its state; any other snapshot restores, whatever the leader's segment
+// size, since Restore never packs more into one batch than one put or half
+// a batch.
 package kvfsm
 
 import (
@@ -217,6 +234,27 @@ func getU64(s *kdb.Snapshot, key []byte) (uint64, error) {
 
 func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
+// putOverhead is what a put costs in a kdb batch besides its key and
+// value, with room to spare: the operation's framing in the batch record
+// and, for a value kept in the journal, its value record's header (see
+// kdb.DB.MaxBatchSize).
+const putOverhead = 96
+
+// putCost is the size ApplyBatch and Restore count for a put of key and
+// value. A put whose cost is over db.MaxBatchSize fits no kdb batch of the
+// store: ApplyBatch answers it with kdb.ErrInvalid and Restore refuses a
+// snapshot that holds one.
+func putCost(key, value []byte) int { return len(key) + len(value) + putOverhead }
+
+// keyText renders a key for an error message: quoted, and cut after 64
+// bytes (a key may be up to kdb.MaxKeySize bytes of anything).
+func keyText(k []byte) string {
+	if len(k) <= 64 {
+		return strconv.Quote(string(k))
+	}
+	return fmt.Sprintf("%q... (%d bytes)", k[:64], len(k))
+}
+
 // Applied returns the index of the last entry applied.
 func (f *FSM) Applied() uint64 { return f.applied.Load() }
 
@@ -373,11 +411,11 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			switch {
 			case err != nil:
 				resp[i] = err
-			case len(key)+len(value)+96 > maxBatch:
+			case putCost(key, value) > maxBatch:
 				resp[i] = fmt.Errorf("kvfsm: entry %d: put of %d bytes, over what one kdb batch of this store takes (%d): nothing applied: %w",
 					l.Index, len(key)+len(value), maxBatch, kdb.ErrInvalid)
 			default:
-				c, n = cmd{i: i, op: op, key: key, value: value}, len(key)+len(value)+96
+				c, n = cmd{i: i, op: op, key: key, value: value}, putCost(key, value)
 			}
 		}
 		if n > 0 && len(cur.cmds) > 0 && size+n > limit {
@@ -454,7 +492,11 @@ func (s snapshot) Persist(sink raft.SnapshotSink) error {
 
 func (snapshot) Release() {}
 
-// Restore replaces the FSM's state with the snapshot's.
+// Restore replaces the FSM's state with the snapshot's. A snapshot that
+// does not import (damaged: kdb.ErrCorrupt) or that holds a value over what
+// one kdb batch of this store takes (kdb.ErrInvalid, naming the key and the
+// sizes; see "Sizes" in the package doc) is refused before anything of the
+// FSM's state is written. On return (nil) the new state is durable.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	scratch := filepath.Join(filepath.Dir(f.db.Dir()), filepath.Base(f.db.Dir())+".restore")
@@ -478,19 +520,39 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
+	// Every value must fit a kdb batch of this store before anything is
+	// written: a store that could not have applied a put of the leader's
+	// log (opened with a smaller SegmentSize than the leader's) refuses
+	// the snapshot whole, naming the key, and keeps its state.
+	maxBatch := f.db.MaxBatchSize()
+	err = sns.View(func(s *kdb.Snapshot) error {
+		it := s.Iter(dataIndex(srcGen))
+		for ok := it.First(); ok; ok = it.Next() {
+			if n := putCost(it.Key(), it.Value()); n > maxBatch {
+				return fmt.Errorf("kvfsm: snapshot at applied index %d: key %s holds a value of %d bytes, a put of %d with its key and framing, "+
+					"over what one kdb batch of this store takes (%d, a quarter of its SegmentSize): this store could not have applied it "+
+					"(every node's store needs the leader's SegmentSize; this one at least %d): nothing restored: %w",
+					applied, keyText(it.Key()), len(it.Value()), n, maxBatch, 4*n, kdb.ErrInvalid)
+			}
+		}
+		return it.Err()
+	})
+	if err != nil {
+		return err
+	}
 	f.mu.RLock()
 	old := f.gen
 	f.mu.RUnlock()
 	gen := old + 1
 	dst := dataIndex(gen)
-	limit := f.db.MaxBatchSize() / 2
+	limit := maxBatch / 2
 	b := f.ns.NewBatch()
 	b.DropIndex(dst) // a leftover of a Restore that crashed
 	size := 0
 	err = sns.View(func(s *kdb.Snapshot) error {
 		it := s.Iter(dataIndex(srcGen))
 		for ok := it.First(); ok; ok = it.Next() {
-			n := len(it.Key()) + len(it.Value()) + 32
+			n := putCost(it.Key(), it.Value())
 			if size+n > limit && b.Len() > 0 {
 				if err := f.db.Write(b); err != nil {
 					return err

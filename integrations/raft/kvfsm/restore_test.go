@@ -1,0 +1,197 @@
+package kvfsm
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/raft"
+	"github.com/kdb-project/kdb"
+)
+
+// snapshotBytes returns a snapshot of f, as raft would persist it.
+func snapshotBytes(t *testing.T, f *FSM) []byte {
+	t.Helper()
+	fs, err := f.Snapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var s sink
+	if err := fs.Persist(&s); err != nil {
+		t.Fatal(err)
+	}
+	return s.Bytes()
+}
+
+// indexes returns the FSM's trees in db (namespace kv).
+func indexes(t *testing.T, db *kdb.DB) []string {
+	t.Helper()
+	ns, err := db.Namespace(Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	if err := ns.View(func(s *kdb.Snapshot) error {
+		var err error
+		names, err = s.Indexes()
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+// TestFSM_RestoreValueOverFollowersBatch: a leader on a default store
+// (kdb batches of 8 MiB) applies a put of 300 KiB; a follower whose store
+// has 1 MiB segments (batches of 256 KiB) could not have applied it, and
+// cannot restore the leader's snapshot. Restore must refuse it with
+// kdb.ErrInvalid naming the key and the sizes, before it writes anything:
+// the follower's data, applied index and trees are as they were (it left a
+// half-copied generation, and said only "value record of 307200 bytes (max
+// 262144): split the batch"). A snapshot of the same leader whose values
+// each fit the follower's batch (200 KiB each, 8 MiB in all, more than any
+// one batch of the follower) restores.
+func TestFSM_RestoreValueOverFollowersBatch(t *testing.T) {
+	ldb, leader := open(t, filepath.Join(t.TempDir(), "leader"))
+	defer ldb.Close()
+	var logs []*raft.Log
+	for i := 1; i <= 40; i++ {
+		logs = append(logs, &raft.Log{Index: uint64(i), Term: 1, Type: raft.LogCommand,
+			Data: EncodePut(fmt.Appendf(nil, "v%02d", i), bytes.Repeat([]byte{byte(i)}, 200<<10))})
+	}
+	logs = append(logs, put(41, "a", "1"), put(42, "z", "2"))
+	for _, r := range leader.ApplyBatch(logs) {
+		if r != nil {
+			t.Fatal(r)
+		}
+	}
+	fitting := snapshotBytes(t, leader)
+	if r := leader.Apply(&raft.Log{Index: 43, Term: 1, Type: raft.LogCommand,
+		Data: EncodePut([]byte("big"), make([]byte, 300<<10))}); r != nil {
+		t.Fatalf("leader's put of 300 KiB: %v", r)
+	}
+	tooBig := snapshotBytes(t, leader)
+
+	fdb, err := kdb.Open(filepath.Join(t.TempDir(), "follower"), &kdb.Options{SegmentSize: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fdb.Close()
+	f, err := Open(fdb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.ApplyBatch([]*raft.Log{put(1, "mine", "x")})
+	before := indexes(t, fdb)
+
+	err = f.Restore(io.NopCloser(bytes.NewReader(tooBig)))
+	if !errors.Is(err, kdb.ErrInvalid) {
+		t.Fatalf("restore of a snapshot holding a value over the follower's batch: %v, want kdb.ErrInvalid", err)
+	}
+	for _, want := range []string{`key "big"`, "307200 bytes", "(262144,"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("restore's error %q does not say %s", err, want)
+		}
+	}
+	if m, applied := contents(t, fdb); fmt.Sprint(m) != "map[mine:x]" || applied != 1 || f.Applied() != 1 || f.Restores() != 0 {
+		t.Errorf("after the refused restore: %v applied %d/%d, restores %d", m, applied, f.Applied(), f.Restores())
+	}
+	if after := indexes(t, fdb); !slices.Equal(after, before) {
+		t.Errorf("the refused restore left trees %v, had %v", after, before)
+	}
+	if _, err := fdb.Check(); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := f.Restore(io.NopCloser(bytes.NewReader(fitting))); err != nil {
+		t.Fatalf("restore of values that each fit the follower's batch: %v", err)
+	}
+	m, applied := contents(t, fdb)
+	if len(m) != 42 || m["a"] != "1" || m["v17"] != string(bytes.Repeat([]byte{17}, 200<<10)) || applied != 42 {
+		t.Fatalf("after the restore: %d keys, applied %d", len(m), applied)
+	}
+}
+
+// TestFSM_RestoreOnSmallStores: leader and follower on the same small
+// store (64 KiB segments: kdb batches of 16 KiB), random puts of every
+// size ApplyBatch takes there, up to exactly the largest (and one over,
+// refused at Apply): the follower restores the leader's snapshot whole.
+// Restore packs several values per batch; none may overflow one.
+func TestFSM_RestoreOnSmallStores(t *testing.T) {
+	for _, opts := range []kdb.Options{
+		{SegmentSize: 64 << 10},
+		{SegmentSize: 64 << 10, ValueThreshold: -1}, // every value inline in the batch record
+	} {
+		t.Run(fmt.Sprintf("threshold=%d", opts.ValueThreshold), func(t *testing.T) {
+			o := opts
+			ldb, err := kdb.Open(filepath.Join(t.TempDir(), "leader"), &o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ldb.Close()
+			leader, err := Open(ldb, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			max := ldb.MaxBatchSize()
+			rng := rand.New(rand.NewPCG(1, 2))
+			want := map[string]string{}
+			var idx uint64
+			for round := 0; round < 20; round++ {
+				var logs []*raft.Log
+				for range 40 {
+					idx++
+					k := fmt.Appendf(nil, "k%05d", rng.IntN(400))
+					if rng.IntN(8) == 0 {
+						k = append(k, bytes.Repeat([]byte{'x'}, rng.IntN(kdb.MaxKeySize-len(k)))...)
+					}
+					n := 1 + rng.IntN(max-putOverhead-len(k))
+					switch rng.IntN(6) {
+					case 0:
+						n = max - putOverhead - len(k) // the largest put that fits
+					case 1:
+						n = 1 + rng.IntN(600) // around ValueThreshold
+					case 2:
+						n = max - putOverhead - len(k) + 1 // refused at Apply
+					}
+					v := bytes.Repeat([]byte{byte(idx)}, n)
+					logs = append(logs, &raft.Log{Index: idx, Term: 1, Type: raft.LogCommand, Data: EncodePut(k, v)})
+					if putCost(k, v) <= max {
+						want[string(k)] = string(v)
+					}
+				}
+				leader.ApplyBatch(logs)
+			}
+			snap := snapshotBytes(t, leader)
+
+			o = opts
+			fdb, err := kdb.Open(filepath.Join(t.TempDir(), "follower"), &o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fdb.Close()
+			f, err := Open(fdb, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Restore(io.NopCloser(bytes.NewReader(snap))); err != nil {
+				t.Fatalf("restore on a store like the leader's: %v", err)
+			}
+			m, applied := contents(t, fdb)
+			if applied != idx || len(m) != len(want) {
+				t.Fatalf("restored %d keys applied %d, want %d keys applied %d", len(m), applied, len(want), idx)
+			}
+			for k, v := range want {
+				if m[k] != v {
+					t.Fatalf("key %q: %d bytes, want %d", k, len(m[k]), len(v))
+				}
+			}
+		})
+	}
+}
