@@ -157,7 +157,8 @@ var _ raft.BatchingFSM = (*FSM)(nil)
 func dataIndex(gen uint64) string { return "d" + strconv.FormatUint(gen, 10) }
 
 // Open returns the FSM kept in db, dropping a data generation a crashed
-// Restore left half-copied. log is raft's log store (the one given to
+// Restore left half-copied, and the scratch copy of its snapshot beside
+// db's directory (see Restore). log is raft's log store (the one given to
 // raft.NewRaft): when the first entry of a batch is not the one after the
 // applied index, ApplyBatch reads the entries in between to tell the gaps
 // raft leaves on purpose (it does not hand an FSM its no-op and barrier
@@ -172,6 +173,9 @@ func Open(db *kdb.DB, log raft.LogStore) (*FSM, error) {
 		return nil, err
 	}
 	f := &FSM{db: db, ns: ns, log: log}
+	if err := os.RemoveAll(restoreDir(db)); err != nil {
+		return nil, fmt.Errorf("kvfsm: removing what an interrupted Restore left: %w", err)
+	}
 	applied, gen, err := readMeta(ns)
 	if err != nil {
 		return nil, err
@@ -204,6 +208,15 @@ func Open(db *kdb.DB, log raft.LogStore) (*FSM, error) {
 		}
 	}
 	return f, nil
+}
+
+// restoreDir is the directory, beside db's, where Restore imports a
+// snapshot: the scratch store, and kdb.Import's temporary directory and
+// lock, which Import keeps beside the store it builds. Restore removes it
+// when it returns; Open removes what a Restore the process did not survive
+// left there (up to a whole snapshot's copy).
+func restoreDir(db *kdb.DB) string {
+	return filepath.Join(filepath.Dir(db.Dir()), filepath.Base(db.Dir())+".restore")
 }
 
 func readMeta(ns *kdb.Namespace) (applied, gen uint64, err error) {
@@ -492,18 +505,22 @@ func (s snapshot) Persist(sink raft.SnapshotSink) error {
 
 func (snapshot) Release() {}
 
-// Restore replaces the FSM's state with the snapshot's. A snapshot that
+// Restore replaces the FSM's state with the snapshot's. It imports the
+// snapshot into a scratch store in the directory db's directory name
+// followed by ".restore", beside it, which it removes when it returns (Open
+// removes it after a crash). A snapshot that
 // does not import (damaged: kdb.ErrCorrupt) or that holds a value over what
 // one kdb batch of this store takes (kdb.ErrInvalid, naming the key and the
 // sizes; see "Sizes" in the package doc) is refused before anything of the
 // FSM's state is written. On return (nil) the new state is durable.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	scratch := filepath.Join(filepath.Dir(f.db.Dir()), filepath.Base(f.db.Dir())+".restore")
-	if err := os.RemoveAll(scratch); err != nil {
+	work := restoreDir(f.db)
+	if err := os.RemoveAll(work); err != nil {
 		return err
 	}
-	defer os.RemoveAll(scratch)
+	defer os.RemoveAll(work)
+	scratch := filepath.Join(work, "snapshot")
 	if _, err := kdb.Import(scratch, rc, nil); err != nil {
 		return fmt.Errorf("kvfsm: import of the snapshot: %w", err)
 	}
