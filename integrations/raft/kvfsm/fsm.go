@@ -535,7 +535,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	applied, srcGen, err := readMeta(sns)
 	if err != nil {
-		return err
+		return fmt.Errorf("kvfsm: the snapshot's FSM state: %w", err)
 	}
 	// Every value must fit a kdb batch of this store before anything is
 	// written: a store that could not have applied a put of the leader's

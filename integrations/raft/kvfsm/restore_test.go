@@ -2,11 +2,13 @@ package kvfsm
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"math/rand/v2"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -191,6 +193,89 @@ func TestFSM_RestoreOnSmallStores(t *testing.T) {
 				if m[k] != v {
 					t.Fatalf("key %q: %d bytes, want %d", k, len(m[k]), len(v))
 				}
+			}
+		})
+	}
+}
+
+// TestFSM_RestoreDamagedSnapshot: a snapshot whose bytes declare a field
+// of 2^62 bytes, one cut inside a field that declares 8 MiB, and
+// well-formed exports whose FSM meta is damaged are refused with
+// kdb.ErrCorrupt saying where (the meta's damage did not say it was in the
+// snapshot: "kdb: corrupt: kvfsm meta "applied" holds 7 bytes", as if the
+// follower's own store were damaged); the huge length allocates nothing
+// like it (kdb.Import bounds a field by kdb.MaxValueSize), and the
+// follower's state and trees are unchanged.
+func TestFSM_RestoreDamagedSnapshot(t *testing.T) {
+	ldb, leader := open(t, filepath.Join(t.TempDir(), "leader"))
+	marker := bytes.Repeat([]byte{'Q'}, 300)
+	leader.ApplyBatch([]*raft.Log{put(1, "a", "1"), put(2, "m", string(marker))})
+	good := snapshotBytes(t, leader)
+	if err := ldb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// The value's length field (uvarint 300) just before it.
+	at := bytes.Index(good, marker) - 2
+	if at < 0 || !bytes.Equal(good[at:at+2], binary.AppendUvarint(nil, 300)) {
+		t.Fatalf("no length field before the marker at %d", at)
+	}
+	withLength := func(n uint64, rest []byte) []byte {
+		return append(binary.AppendUvarint(bytes.Clone(good[:at]), n), rest...)
+	}
+	// Exports of stores whose kv meta is damaged (checksums intact).
+	badMeta := func(key string, v []byte) []byte {
+		db, err := kdb.Open(filepath.Join(t.TempDir(), "bad"), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		ns, err := db.Namespace(Namespace)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := ns.NewBatch()
+		b.Put(metaIndex, []byte(key), v)
+		b.Put(dataIndex(0), []byte("k"), []byte("v"))
+		if err := db.Write(b); err != nil {
+			t.Fatal(err)
+		}
+		var s sink
+		if _, err := db.Export(&s); err != nil {
+			t.Fatal(err)
+		}
+		return s.Bytes()
+	}
+	cases := []struct {
+		name string
+		snap []byte
+		says string // where the damage is
+	}{
+		{"length 2^62", withLength(1<<62, good[at+2:]), "field of 4611686018427387904 bytes"},
+		{"length 8 MiB, cut", withLength(8<<20, marker), "the file ends here"},
+		{"applied of 7 bytes", badMeta("applied", make([]byte, 7)), `snapshot's FSM state: kdb: corrupt: kvfsm meta "applied" holds 7 bytes`},
+		{"gen of 9 bytes", badMeta("gen", make([]byte, 9)), `snapshot's FSM state: kdb: corrupt: kvfsm meta "gen" holds 9 bytes`},
+	}
+	fdb, f := open(t, filepath.Join(t.TempDir(), "follower"))
+	defer fdb.Close()
+	f.ApplyBatch([]*raft.Log{put(1, "mine", "x")})
+	before := indexes(t, fdb)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var ms0, ms1 runtime.MemStats
+			runtime.ReadMemStats(&ms0)
+			err := f.Restore(io.NopCloser(bytes.NewReader(tc.snap)))
+			runtime.ReadMemStats(&ms1)
+			if !errors.Is(err, kdb.ErrCorrupt) || !strings.Contains(err.Error(), tc.says) {
+				t.Fatalf("restore: %v, want kdb.ErrCorrupt saying %q", err, tc.says)
+			}
+			if a := ms1.TotalAlloc - ms0.TotalAlloc; a > 64<<20 {
+				t.Errorf("restore allocated %d MiB", a>>20)
+			}
+			if m, applied := contents(t, fdb); fmt.Sprint(m) != "map[mine:x]" || applied != 1 || f.Applied() != 1 {
+				t.Errorf("after the refused restore: %v applied %d/%d", m, applied, f.Applied())
+			}
+			if after := indexes(t, fdb); !slices.Equal(after, before) {
+				t.Errorf("the refused restore left trees %v, had %v", after, before)
 			}
 		})
 	}
