@@ -144,7 +144,9 @@ const importTempInfix = ".import-"
 
 // Import creates a new store in dir from a snapshot written by Export, and
 // closes it. dir must not exist, or be an empty directory (ErrNotEmpty
-// otherwise). opts may be nil.
+// otherwise), and must not lie inside a store's directory (ErrInvalid,
+// naming the store, when its parent or any directory above it holds
+// db.data; links resolved). opts may be nil.
 //
 // The import is atomic: the store is built in a new hidden directory beside
 // dir (same parent, named "."+base(dir)+".import-" and 16 hex digits, mode
@@ -195,6 +197,9 @@ func Import(dir string, r io.Reader, opts *Options) (*ExportReport, error) {
 	if err := importTarget(fsys, dir); err != nil {
 		return nil, err
 	}
+	if err := notInsideAStore(fsys, dir); err != nil {
+		return nil, err
+	}
 	parent, base := filepath.Dir(dir), filepath.Base(dir)
 	// Claim dir before anything is created for it: a concurrent Import into
 	// the same dir fails here at once (ErrLocked), or, once this one has put
@@ -209,6 +214,12 @@ func Import(dir string, r io.Reader, opts *Options) (*ExportReport, error) {
 		if errors.Is(err, ErrNotEmpty) {
 			dropClaim(fsys, dir)
 		}
+		return nil, err
+	}
+	if err := notInsideAStore(fsys, dir); err != nil {
+		// A store was put in place above dir meanwhile: the claim is
+		// the only thing this Import made in it.
+		dropClaim(fsys, dir)
 		return nil, err
 	}
 	rep := &ExportReport{}
@@ -334,6 +345,74 @@ func importTarget(fsys vfs.FS, dir string) error {
 		return fmt.Errorf("%w: %s is not empty (%d entries)", ErrNotEmpty, dir, len(names))
 	}
 	return nil
+}
+
+// notInsideAStore returns ErrInvalid, naming the store, if a directory
+// above dir (its parent, or one above that, up to the root) holds a store:
+// a store's directory holds the store's own files only (Open, repair and
+// the import's own cleanup treat it as flat), and a store built inside it
+// would be copied, moved and deleted with it.
+func notInsideAStore(fsys vfs.FS, dir string) error {
+	store, err := storeAbove(fsys, dir)
+	if err != nil {
+		return fmt.Errorf("kdb: Import: %s: looking for a store above it: %w", dir, err)
+	}
+	if store != "" {
+		return fmt.Errorf("%w: Import: %s is inside the store %s (it holds db.data): a store's directory holds only the store's own files; name a directory outside it",
+			ErrInvalid, dir, store)
+	}
+	return nil
+}
+
+// storeAbove returns the nearest directory above dir (its parent, the
+// parent's parent, ... up to the root) that holds a store (a db.data of
+// any kind, as importTarget tells a store), or "" if none does. The walk
+// starts at the nearest of those that exists and is a directory (what does
+// not exist yet holds nothing). On the OS file system the path is made
+// absolute and its symbolic links resolved first, so that a link to a
+// store's directory (or into it) is seen through, as the rename that puts
+// the store in place sees it.
+func storeAbove(fsys vfs.FS, dir string) (string, error) {
+	d := filepath.Dir(dir)
+	if fsys == vfs.OS {
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return "", err
+		}
+		d = abs
+	}
+	for {
+		_, isDir, err := fsys.Stat(d)
+		if err == nil && isDir {
+			break
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", nil
+		}
+		d = up
+	}
+	if fsys == vfs.OS {
+		real, err := filepath.EvalSymlinks(d)
+		if err != nil {
+			return "", err
+		}
+		d = real
+	}
+	for {
+		_, err := vfs.LType(fsys, filepath.Join(d, "db.data"))
+		if err == nil {
+			return d, nil
+		}
+		if !errors.Is(err, iofs.ErrNotExist) {
+			return "", err
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return "", nil
+		}
+		d = up
+	}
 }
 
 // isImportTemp reports whether name is a temporary directory name of an

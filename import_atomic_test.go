@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -211,4 +213,76 @@ func TestImport_TargetRules(t *testing.T) {
 		t.Errorf("the stale temporary directory is still there")
 	}
 	requireImported(t, mem, "/p/busy", want)
+}
+
+// TestImport_RefusesDirInsideAStore: a dir whose parent, or any directory
+// above it, holds a store (db.data) is refused with ErrInvalid naming that
+// store, before anything is created: Import into store/sub put a second
+// store (and its temporary directory and claim lock) inside the first
+// one's directory, which holds only its own files; store/a/b created a
+// too. Through a symbolic link to the store (on the OS file system) too.
+func TestImport_RefusesDirInsideAStore(t *testing.T) {
+	snap, _ := importSnapshot(t)
+	check := func(t *testing.T, fsys vfs.FS, store, dir string) {
+		t.Helper()
+		before, err := fsys.ReadDir(store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = Import(dir, bytes.NewReader(snap), &Options{FS: fsys})
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "inside the store") {
+			t.Errorf("Import(%s) under the store %s: %v; want ErrInvalid: inside the store", dir, store, err)
+		} else if !strings.Contains(err.Error(), store) {
+			t.Errorf("Import(%s): %v; want the store %s named", dir, err, store)
+		}
+		after, err := fsys.ReadDir(store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Join(before, ",") != strings.Join(after, ",") {
+			t.Errorf("Import(%s): the store's directory changed: %v, was %v", dir, after, before)
+		}
+	}
+	t.Run("mem", func(t *testing.T) {
+		mem := vfs.NewMem()
+		db, err := Open("/s", &Options{FS: mem})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := mem.MkdirAll("/s/empty", 0o750); err != nil {
+			t.Fatal(err)
+		}
+		for _, dir := range []string{"/s/sub", "/s/a/b", "/s/empty/x", "/s/x/../y"} {
+			check(t, mem, "/s", dir)
+		}
+		// A sibling is not inside: /s2 beside /s.
+		if _, err := Import("/s2", bytes.NewReader(snap), &Options{FS: mem}); err != nil {
+			t.Errorf("Import(/s2) beside the store /s: %v", err)
+		}
+	})
+	t.Run("os", func(t *testing.T) {
+		top := t.TempDir()
+		store := filepath.Join(top, "store")
+		db, err := Open(store, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(top, "link")
+		if err := os.Symlink(store, link); err != nil {
+			t.Fatal(err)
+		}
+		for _, dir := range []string{filepath.Join(store, "sub"), filepath.Join(link, "sub"), filepath.Join(link, "a", "b")} {
+			check(t, vfs.OS, store, dir)
+		}
+		// The link itself stands for the store's directory: not empty.
+		if _, err := Import(link, bytes.NewReader(snap), nil); !errors.Is(err, ErrNotEmpty) {
+			t.Errorf("Import(link to the store): %v, want ErrNotEmpty", err)
+		}
+	})
 }
