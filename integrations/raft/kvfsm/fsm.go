@@ -44,7 +44,7 @@
 //
 // A put goes into one kdb batch, so the largest a store takes depends on
 // its Options.SegmentSize (db.MaxBatchSize, a quarter of it, at most
-// 16 MiB): a put over it is answered with kdb.ErrInvalid and applied as
+// 16 MiB): a larger put is answered with kdb.ErrInvalid and applied as
 // nothing. That answer is the store's, not the log's: a node whose store
 // has smaller segments than the leader's refuses a put the leader applied,
 // and the replicas differ from then on. Open every node's store with the
@@ -506,13 +506,13 @@ func (s snapshot) Persist(sink raft.SnapshotSink) error {
 func (snapshot) Release() {}
 
 // Restore replaces the FSM's state with the snapshot's. It imports the
-// snapshot into a scratch store in the directory db's directory name
-// followed by ".restore", beside it, which it removes when it returns (Open
-// removes it after a crash). A snapshot that
-// does not import (damaged: kdb.ErrCorrupt) or that holds a value over what
-// one kdb batch of this store takes (kdb.ErrInvalid, naming the key and the
-// sizes; see "Sizes" in the package doc) is refused before anything of the
-// FSM's state is written. On return (nil) the new state is durable.
+// snapshot into a scratch store in DIR.restore, beside db's directory DIR,
+// and removes that directory when it returns (Open removes it after a
+// crash). A snapshot that does not import (damaged: kdb.ErrCorrupt) or that
+// holds a value over what one kdb batch of this store takes (kdb.ErrInvalid,
+// naming the key and the sizes; see "Sizes" in the package doc) is refused
+// before anything of the FSM's state is written. On return (nil) the new
+// state is durable.
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	work := restoreDir(f.db)
