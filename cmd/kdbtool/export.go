@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -135,6 +136,10 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 		err = fmt.Errorf("%s is not a regular file (%s): export writes the snapshot to a new file and renames it over FILE; name a regular file or a new name", file, vfs.FileKind(st.Mode()))
 		return failed(stdout, stderr, "export", *asJSON, "", err, exitUsage)
 	}
+	// ctrl-C (or SIGTERM) stops the export at its next write of the
+	// snapshot, which removes the temporary file: FILE is as it was.
+	ctx, stop := onInterrupt()
+	defer stop()
 	stale, err := removeStaleExportTemps(file)
 	if err != nil {
 		return failed(stdout, stderr, "export", *asJSON, "", err, exitIO)
@@ -149,12 +154,16 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 			return out, false, err
 		}
 		defer db.Close()
-		if err := exportStore(db, file, out); err != nil {
+		if err := exportStore(ctx, db, file, out); err != nil {
 			return out, false, err
 		}
 		err = summarize(db, out)
 		return out, err == nil, err
 	})
+	if errors.Is(err, errInterrupted) {
+		err = fmt.Errorf("%w: the partial snapshot was removed; %s is as it was", err, file)
+		return failed(stdout, stderr, "export", *asJSON, "", err, exitInterrupted)
+	}
 	if err != nil {
 		return failed(stdout, stderr, "export", *asJSON, "", err, exitFor(err))
 	}
@@ -276,8 +285,9 @@ func removeStaleExportTemps(file string) ([]string, error) {
 // clobbered; a failed export removes only the file it created. While it is
 // written the export holds the file's lock (vfs.Lock), so that another
 // export never takes it for the leftover of an interrupted one
-// (removeStaleExportTemps).
-func exportStore(db *kdb.DB, file string, out *exportOut) error {
+// (removeStaleExportTemps). Once ctx is done (SIGINT), the next write
+// fails with errInterrupted, and the temporary file is removed.
+func exportStore(ctx context.Context, db *kdb.DB, file string, out *exportOut) error {
 	dir := filepath.Dir(file)
 	f, err := os.CreateTemp(dir, exportTempPrefix(file)+"*")
 	if err != nil {
@@ -291,7 +301,11 @@ func exportStore(db *kdb.DB, file string, out *exportOut) error {
 		return err
 	}
 	defer lk.Close()
-	rep, err := db.Export(f)
+	w := io.Writer(ctxWriter{ctx, f})
+	if testHookExporting != nil {
+		w = &hookWriter{w: w, hook: func() { testHookExporting(ctx) }}
+	}
+	rep, err := db.Export(w)
 	if err == nil {
 		err = f.Chmod(0o600) // CreateTemp's mode; kept explicit
 	}
@@ -313,6 +327,27 @@ func exportStore(db *kdb.DB, file string, out *exportOut) error {
 	}
 	out.Trees, out.Keys, out.Bytes = rep.Trees, rep.Keys, rep.Bytes
 	return nil
+}
+
+// testHookExporting, if set (by tests only: TestMain sets it in a child
+// that a test interrupts), is called once the export has written a first
+// part of the snapshot.
+var testHookExporting func(ctx context.Context)
+
+// hookWriter calls hook once, after the first write to w.
+type hookWriter struct {
+	w    io.Writer
+	hook func()
+}
+
+func (h *hookWriter) Write(p []byte) (int, error) {
+	n, err := h.w.Write(p)
+	if h.hook != nil {
+		hook := h.hook
+		h.hook = nil
+		hook()
+	}
+	return n, err
 }
 
 func runImport(args []string, stdout, stderr io.Writer) int {
@@ -340,11 +375,17 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		return failed(stdout, stderr, "import", *asJSON, "", err, exitIO)
 	}
 	defer f.Close()
+	// ctrl-C (or SIGTERM) stops the import at its next read of FILE (a
+	// read waiting on a pipe is cut by closing it), and kdb.Import removes
+	// the store it was building.
+	ctx, stop := onInterrupt()
+	defer stop()
+	context.AfterFunc(ctx, func() { f.Close() })
 	// kdb.Import builds the store in a temporary directory beside DIR and
 	// renames it into place once it is whole and closed (its Close's
 	// checkpoint syncs the journal): a failed, killed or crashed import
 	// leaves no DIR, and the next import removes its leftover.
-	rep, err := kdb.Import(dir, f, &kdb.Options{Sync: kdb.UnsafeSyncNever})
+	rep, err := kdb.Import(dir, ctxReader{ctx, f}, &kdb.Options{Sync: kdb.UnsafeSyncNever})
 	warnings := []string{}
 	if rep != nil && rep.StaleRemoved > 0 {
 		warnings = append(warnings, fmt.Sprintf("removed what %d interrupted import(s) into %s left (%s)",
@@ -355,6 +396,10 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	}
 	switch {
 	case err == nil:
+	case ctx.Err() != nil:
+		// The snapshot's read was cut: whatever Import said of it.
+		err = fmt.Errorf("%w: the store being built was removed; %s was not created", errInterrupted, dir)
+		return failed(stdout, stderr, "import", *asJSON, "", err, exitInterrupted)
 	case errors.Is(err, kdb.ErrCorrupt) || errors.Is(err, kdb.ErrVersionMismatch):
 		return failed(stdout, stderr, "import", *asJSON, file+": "+errBadSnapshot.Error()+": ", err, exitProblems)
 	case errors.Is(err, kdb.ErrNotEmpty):

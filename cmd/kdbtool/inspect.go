@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -350,12 +351,57 @@ func inspectStore(dir string) (*inspectOut, error) {
 			fmt.Sprintf("torn tail: %d bytes at %s (recovery truncates them)", out.Journal.TornBytes, out.Journal.TornAt)})
 	}
 
-	out.Store, out.serr = inspectIndexes(dir)
+	if errors.Is(out.jerr, errHugeSegment) {
+		// The store's open reads the journal too: not opened, and said
+		// once, as the journal's problem.
+		out.serr = out.jerr
+		out.Store = storeOut{Indexes: []indexOut{}, Destinations: []destOut{}, Prepared: []string{},
+			Error: "not read: its open would read the whole journal (see the journal problem)"}
+	} else {
+		out.Store, out.serr = inspectIndexes(dir)
+	}
 	out.Store.AsOf = out.Meta.CheckpointID
-	if out.Store.Error != "" {
+	if out.Store.Error != "" && !errors.Is(out.serr, errHugeSegment) {
 		out.Problems = append(out.Problems, readProblem("store", out.serr))
 	}
 	return out, nil
+}
+
+// maxSegmentFile bounds the size of a journal segment's file: the journal
+// preallocates a segment in steps up to SegmentSize, never past it, and
+// SegmentSize is at most 2 GiB (FORMAT.md §4.1; offsets in a frame are
+// 32-bit).
+const maxSegmentFile = 1 << 31
+
+// errHugeSegment marks a journal segment larger than maxSegmentFile.
+var errHugeSegment = errors.New("larger than any segment the journal writes")
+
+// hugeSegments returns a journal.ErrCorrupt (and errHugeSegment) naming
+// the journal segments in dir whose file is larger than maxSegmentFile, or
+// nil. It reads only their sizes: opening the journal, or the store, reads
+// every byte of every segment (the bytes after the last record are checked
+// to be zeros), and a sparse file of a terabyte took hours.
+func hugeSegments(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil // the journal's open says why
+	}
+	var huge []string
+	for _, e := range ents {
+		if _, ok := journal.ParseSegmentName(e.Name()); !ok {
+			continue
+		}
+		st, err := os.Stat(filepath.Join(dir, e.Name()))
+		if err != nil || !st.Mode().IsRegular() || st.Size() <= maxSegmentFile {
+			continue
+		}
+		huge = append(huge, fmt.Sprintf("%s is %d bytes", filepath.Join(dir, e.Name()), st.Size()))
+	}
+	if len(huge) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%w: %s, %w (at most SegmentSize, itself at most 2 GiB: FORMAT.md §4.1), so it was extended outside kdb (a sparse copy, a truncate); not read, nor the store, whose open reads every segment whole; the journal writes nothing past 2 GiB: if every byte after that is zero, cutting the file to 2 GiB (truncate -s 2G) loses nothing",
+		journal.ErrCorrupt, strings.Join(huge, ", "), errHugeSegment)
 }
 
 // readProblem is the problem of a part of the store that could not be
@@ -428,6 +474,10 @@ func rebuildAdvice(jo journalOut, jerr error) string {
 // (db.data is lost).
 func inspectJournal(dir string, m *pagefile.Meta) (journalOut, error) {
 	jo := journalOut{Segments: []segmentOut{}}
+	if err := hugeSegments(dir); err != nil {
+		jo.Error = err.Error()
+		return jo, err
+	}
 	// The segments the meta's replay position requires (the values the
 	// index keeps in the journal are checked by the store's open).
 	var need journal.Need

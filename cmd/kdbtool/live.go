@@ -82,13 +82,13 @@ func (s storeStamp) equal(o storeStamp) bool {
 // the store did not change, or changes spoiled its runs for liveBudget
 // (then the last run's findings are returned). op reports whether its run
 // was clean; its error is returned as it is, unless it is kdb.ErrStale
-// (then op runs again).
+// (then op runs again); errInterrupted (SIGINT) is returned at once.
 func retryLive[T any](dir string, op func() (out T, clean bool, err error)) (T, error) {
 	start := time.Now()
 	for attempt := 1; ; attempt++ {
 		before, serr := readStamp(dir)
 		out, clean, err := op()
-		if (clean && err == nil) || serr != nil || time.Since(start) >= liveBudget {
+		if (clean && err == nil) || serr != nil || time.Since(start) >= liveBudget || errors.Is(err, errInterrupted) {
 			return out, err
 		}
 		if !errors.Is(err, kdb.ErrStale) && !errors.Is(err, pagefile.ErrStale) {

@@ -1,6 +1,7 @@
 // Command kdbtool is the operator's tool for kdb stores.
 //
-// Exit codes: 0 fine, 1 problems found, 2 usage, 3 I/O error.
+// Exit codes: 0 fine, 1 problems found, 2 usage, 3 I/O error, 130 stopped
+// by SIGINT or SIGTERM (export and import, having removed what they made).
 package main
 
 import (
@@ -19,6 +20,10 @@ const (
 	exitProblems = 1
 	exitUsage    = 2
 	exitIO       = 3
+	// exitInterrupted: export or import stopped by SIGINT or SIGTERM (as
+	// a shell reports a command killed by SIGINT), having removed what it
+	// made.
+	exitInterrupted = 130
 )
 
 // command is one subcommand.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,6 +41,15 @@ func TestMain(m *testing.M) {
 				if err := os.Symlink(target, filepath.Join(dir, "db.free.tmp")); err != nil {
 					os.Exit(98)
 				}
+			}
+		}
+		// KDBTOOL_TEST_PAUSE_EXPORT=1: once the export has written a
+		// first part of the snapshot, say so on stderr and wait until
+		// interrupted.
+		if os.Getenv("KDBTOOL_TEST_PAUSE_EXPORT") == "1" {
+			testHookExporting = func(ctx context.Context) {
+				fmt.Fprintln(os.Stderr, pausedExporting)
+				<-ctx.Done()
 			}
 		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

@@ -269,6 +269,9 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	case in.jerr != nil && errors.Is(in.jerr, vfs.ErrNotRegular):
 		out.Unfixable = append(out.Unfixable, "the journal is damaged: "+in.jerr.Error()+
 			" (once it is moved out, the segment is missing: kdbtool recover --skip-damaged then opens the store accepting the loss)")
+	case errors.Is(in.jerr, errHugeSegment):
+		// Nothing is lost and nothing to skip: the file is too long.
+		out.Unfixable = append(out.Unfixable, in.jerr.Error())
 	case in.jerr != nil:
 		out.Unfixable = append(out.Unfixable, "the journal is damaged before its tail: "+in.jerr.Error()+
 			" (kdbtool recover --skip-damaged opens the store accepting the loss)")
@@ -336,6 +339,9 @@ func repairLostData(dir string, apply, rebuild bool, why error, fsys vfs.FS, std
 	}
 	jo, jerr := inspectJournal(dir, nil)
 	switch {
+	case errors.Is(jerr, errHugeSegment):
+		out.Problems = append(out.Problems, problem{"error", "journal", jerr.Error()})
+		out.Unfixable = append(out.Unfixable, state+", and the journal, which could rebuild it, was not read: "+jerr.Error())
 	case jerr != nil:
 		out.Problems = append(out.Problems, problem{"error", "journal", jerr.Error()})
 		out.Unfixable = append(out.Unfixable, state+" and the journal is damaged ("+jerr.Error()+

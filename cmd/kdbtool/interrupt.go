@@ -1,0 +1,64 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// errInterrupted is the error of a command stopped by SIGINT or SIGTERM.
+var errInterrupted = errors.New("interrupted")
+
+// onInterrupt returns a context that is cancelled at the first SIGINT or
+// SIGTERM, and stop, to be called when the command ends. A signal the
+// process was started ignoring (a shell's background job) stays ignored.
+// After the first signal both have their default effect again, so that a
+// second ctrl-C kills a command whose cleanup is slow (what a kill leaves
+// is removed by the next run, as before).
+func onInterrupt() (context.Context, func()) {
+	var sigs []os.Signal
+	for _, s := range []os.Signal{os.Interrupt, syscall.SIGTERM} {
+		if !signal.Ignored(s) {
+			sigs = append(sigs, s)
+		}
+	}
+	if len(sigs) == 0 {
+		return context.WithCancel(context.Background())
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
+	context.AfterFunc(ctx, stop)
+	return ctx, stop
+}
+
+// ctxWriter writes to w until ctx is done, then fails with errInterrupted.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if c.ctx.Err() != nil {
+		return 0, errInterrupted
+	}
+	return c.w.Write(p)
+}
+
+// ctxReader reads from r until ctx is done, then fails with errInterrupted.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if c.ctx.Err() != nil {
+		return 0, errInterrupted
+	}
+	n, err := c.r.Read(p)
+	if err != nil && c.ctx.Err() != nil {
+		return n, errInterrupted // the read was cut by the interrupt
+	}
+	return n, err
+}

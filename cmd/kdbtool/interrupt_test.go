@@ -1,0 +1,144 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// interruptSignals returns SIGINT and SIGTERM, or SIGTERM alone where this
+// process ignores SIGINT (run in the background by a shell without job
+// control): its children inherit that, and kdbtool leaves an ignored
+// signal ignored.
+func interruptSignals(t *testing.T) []syscall.Signal {
+	if signal.Ignored(syscall.SIGINT) {
+		t.Logf("SIGINT is ignored here: SIGTERM only")
+		return []syscall.Signal{syscall.SIGTERM}
+	}
+	return []syscall.Signal{syscall.SIGINT, syscall.SIGTERM}
+}
+
+// pausedExporting is what a child with KDBTOOL_TEST_PAUSE_EXPORT=1 prints
+// on stderr once its export has written a first part of the snapshot.
+const pausedExporting = "test: paused exporting"
+
+// TestExport_InterruptRemovesItsTemp: an export stopped by ctrl-C (SIGINT)
+// or SIGTERM removes its temporary file, leaves FILE as it was, says so,
+// and exits 130. It was killed by the signal and left the partial
+// snapshot, as large as the store, hidden beside FILE (.FILE.tmp-NNN:
+// 'timeout -s INT 3 kdbtool export live big.kdbx' left 678 MB) until the
+// next export to that very FILE.
+func TestExport_InterruptRemovesItsTemp(t *testing.T) {
+	t.Parallel()
+	src := makeStore(t, 3000)
+	for _, sig := range interruptSignals(t) {
+		out := t.TempDir()
+		file := filepath.Join(out, "snap.kdbx")
+		if err := os.WriteFile(file, []byte("the old snapshot"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(os.Args[0], "export", src, file)
+		cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1", "KDBTOOL_TEST_PAUSE_EXPORT=1")
+		stderr, err := cmd.StderrPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		sc := bufio.NewScanner(stderr)
+		var said strings.Builder
+		for sc.Scan() && !strings.Contains(sc.Text(), pausedExporting) {
+			said.WriteString(sc.Text() + "\n")
+		}
+		if err := cmd.Process.Signal(sig); err != nil {
+			t.Fatal(err)
+		}
+		for sc.Scan() {
+			said.WriteString(sc.Text() + "\n")
+		}
+		_ = cmd.Wait()
+		if code := cmd.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(said.String(), "interrupted") {
+			t.Errorf("%v: exit %d (%v), stderr %q; want %d and 'interrupted'", sig, code, cmd.ProcessState, said.String(), exitInterrupted)
+		}
+		if b, err := os.ReadFile(file); err != nil || !bytes.Equal(b, []byte("the old snapshot")) {
+			t.Errorf("%v: FILE is %q (%v), want the old one", sig, b, err)
+		}
+		if names := dirNames(t, out); len(names) != 1 {
+			t.Errorf("%v: %s holds %v, want FILE only", sig, out, names)
+		}
+	}
+}
+
+// TestImport_InterruptRemovesItsTemp: an import stopped by ctrl-C (SIGINT)
+// removes the store it was building, creates no DIR, says so and exits
+// 130. It was killed by the signal and left the partial store, hidden
+// beside DIR (.DIR.import-...: 'timeout -s INT 3 kdbtool import big.kdbx
+// imp' left 593 MB), until the next import into that very DIR.
+func TestImport_InterruptRemovesItsTemp(t *testing.T) {
+	t.Parallel()
+	src := makeStore(t, 3000)
+	file := filepath.Join(t.TempDir(), "full.kdbx")
+	if code, _, errs := runTool(t, "export", src, file); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errs)
+	}
+	snap, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	parent := t.TempDir()
+	dst := filepath.Join(parent, "imp")
+	cmd := exec.Command(os.Args[0], "import", fifo, dst)
+	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1")
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.Write(snap[:len(snap)/2]); err != nil {
+		t.Fatal(err)
+	}
+	// The import reads what the pipe held and waits for more: interrupt
+	// it once its store holds keys.
+	deadline := time.Now().Add(20 * time.Second)
+	for building := false; !building; {
+		for _, d := range importLeftovers(t, dst) {
+			if st, err := os.Stat(filepath.Join(d, "db-1.log")); err == nil && st.Size() > 0 {
+				building = true
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no store is being built for %s", dst)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if err := cmd.Process.Signal(interruptSignals(t)[0]); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if code := cmd.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(errb.String(), "interrupted") {
+		t.Errorf("exit %d (%v), stderr %q; want %d and 'interrupted'", code, cmd.ProcessState, errb.String(), exitInterrupted)
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Errorf("an interrupted import left %s: %v", dst, err)
+	}
+	if left := importLeftovers(t, dst); len(left) != 0 {
+		t.Errorf("an interrupted import left %v", left)
+	}
+}
