@@ -24,11 +24,18 @@
 // last event before a packet is written):
 //
 //   - OnPublish (before the ack) stores the message as a pending publish
-//     (index "pub"), with the PUBREC state of its packet ID for QoS 2;
-//     OnRetainMessage stores or removes the retained copy (the server's
-//     retained message of the topic as it is at the event: mochi's
-//     updates and events of two publishers can come in other orders); the
-//     PUBACK or PUBREC waits for both.
+//     (index "pub"), with the PUBREC state of its packet ID for QoS 2 and,
+//     for a retained publish, its retained state in the same commit: a
+//     reference to the pending record (or the removal of the topic's
+//     retained message, for an empty payload). OnRetainMessage then stores
+//     or removes the retained copy (the server's retained message of the
+//     topic as it is at the event: mochi's updates and events of two
+//     publishers can come in other orders); the PUBACK or PUBREC waits for
+//     both. A crash between the two commits leaves the message both
+//     published again at the start and retained (load turns a reference
+//     it finds into the message): an unacknowledged retained publish is
+//     there wholly or not at all, never published again without being
+//     retained, nor retained without being published.
 //   - The subscribers' inflight copies (OnQosPublish during the fan-out) are
 //     gathered and committed at OnPublished in one transaction that also
 //     removes the pending publish: after a crash either the pending publish
@@ -127,7 +134,7 @@
 //
 //	cl   client ID                     → storage.Client
 //	sub  client ID, 0, filter          → storage.Subscription
-//	ret  topic                         → storage.Message (retained)
+//	ret  topic                         → storage.Message (retained), or a reference: 0x02, pending sequence (8 bytes, BE)
 //	if   client ID, 0, packet ID (BE)  → storage.Message (inflight: PUBLISH, PUBREC or PUBREL state)
 //	pub  sequence (8 bytes, BE)        → storage.Message (acknowledged, fan-out not yet committed)
 //	fan  sequence, part (4 bytes, BE)  → inflight keys (a split fan-out's part, until its last commit)
@@ -140,7 +147,9 @@
 // fan-outs: a store written before has none, and reads as before; a store
 // with fan-out records left by a crash must not be opened by an earlier
 // version of the hook, which would deliver the copies they name besides
-// publishing the message again.
+// publishing the message again. A retained reference is new too: an
+// earlier version skips one a crash left as a malformed record (logged),
+// and the message it stands for is published again but not retained.
 //
 // # Bad records
 //

@@ -141,9 +141,16 @@ type publish struct {
 	qos    byte
 	replay bool
 	puts   []fanout
-	ready  chan struct{} // closed once commit or err is set
-	commit *kdb.Commit   // the fan-out's last commit (see commitFanoutLocked)
-	err    error         // the fan-out was not written: the store failed
+	// retTopic is the topic whose retained record OnPublish wrote (a
+	// reference to this publish, or a removal) in the commit of the
+	// pending record, if it did; retSeen is set when OnRetainMessage
+	// came for this publish (and stored the server's retained message).
+	retTopic string
+	retWrote bool
+	retSeen  bool
+	ready    chan struct{} // closed once commit or err is set
+	commit   *kdb.Commit   // the fan-out's last commit (see commitFanoutLocked)
+	err      error         // the fan-out was not written: the store failed
 }
 
 type fanout struct {
@@ -241,6 +248,7 @@ func (h *Hook) load() error {
 	}
 	var maxSeq uint64
 	var fans []fanRec
+	var retain []storage.Message // pending publishes still retained by reference
 	pending := map[uint64]bool{}
 	undo := map[string]bool{} // inflight keys of interrupted fan-outs
 	err := h.ns.View(func(s *kdb.Snapshot) error {
@@ -274,6 +282,13 @@ func (h *Hook) load() error {
 			maxSeq = max(maxSeq, seq)
 			pending[seq] = true
 			h.replay = append(h.replay, pendingMsg{seq: seq, msg: m})
+			if m.FixedHeader.Retain && len(m.Payload) > 0 {
+				if v, err := s.Get(idxRetained, retainedKey(m.TopicName)); err == nil {
+					if ref, ok := decodeRetainedRef(v); ok && ref == seq {
+						retain = append(retain, m)
+					}
+				}
+			}
 			return nil
 		}); err != nil {
 			return err
@@ -331,6 +346,18 @@ func (h *Hook) load() error {
 	}
 	if undone > 0 {
 		h.Log.Info("kdbmqtt: removed the copies of fan-outs a stop interrupted; their messages are published again", "copies", undone)
+	}
+	// A retained publish's reference a stop left (between its pending
+	// record's commit and OnRetainMessage's): its message is retained.
+	for _, m := range retain {
+		m.T, m.FixedHeader.Dup = storage.RetainedKey, false
+		key, val := retainedKey(m.TopicName), encodeMessage(&m)
+		if err := h.ns.Update(func(tx *kdb.Txn) error { return tx.Put(idxRetained, key, val) }); err != nil {
+			return fmt.Errorf("kdbmqtt: retaining a pending publish: %w", err)
+		}
+	}
+	if len(retain) > 0 {
+		h.Log.Info("kdbmqtt: retained the retained publishes a stop interrupted; they are published again", "messages", len(retain))
 	}
 	h.mu.seq = maxSeq
 	return nil
@@ -964,24 +991,7 @@ func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var val []byte
-	cur, ok := h.srv.Topics.Retained.Get(pk.TopicName)
-	switch {
-	case !ok || len(cur.Payload) == 0:
-		// Cleared (by pk, or by an update after it).
-	case own != nil && cur.Origin == pk.Origin && cur.Created == pk.Created && bytes.Equal(cur.Payload, pk.Payload):
-		val = own
-	default:
-		// Set by an update after pk, or pk cleared a message another
-		// update set again: store that one.
-		client := cur.Origin
-		if client == "" {
-			client = cl.ID
-		}
-		m := messageOf(storage.RetainedKey, client, cur)
-		m.FixedHeader.Dup = false
-		val = encodeMessage(&m)
-	}
+	val := h.retainedRecordLocked(pk.TopicName, cl.ID, &pk, own)
 	c, err := h.submitLocked(false, opCost(len(key), len(val)), func(tx *kdb.Txn) error {
 		if val == nil {
 			return tx.Delete(idxRetained, key)
@@ -994,6 +1004,7 @@ func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 		h.Log.Warn("kdbmqtt: a retained message too large to store; not retained across a restart", "client", cl.ID, "topic", pk.TopicName, "bytes", len(val), "error", err)
 	}
 	if p := h.mu.open[cl.ID]; p != nil && p.tag == pk.Connect.ClientIdentifier {
+		p.retSeen = true
 		h.setLast(cl.ID, c, err)
 	}
 	// Else no ack follows (QoS 0; a will, sent when the client is gone,
@@ -1001,6 +1012,37 @@ func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 	// stick to the client's next connection and refuse its CONNACK. The
 	// client's later acks wait for later commits, which take effect after
 	// this one.
+}
+
+// retainedRecordLocked returns the record of the server's retained message
+// of topic as it is now, or nil if it has none: ownVal if that message is
+// own (the PUBLISH whose event asks), else the message encoded, with
+// client as its client if it has no origin.
+//
+// The caller must hold h.mu.
+func (h *Hook) retainedRecordLocked(topic, client string, own *packets.Packet, ownVal []byte) []byte {
+	cur, ok := h.srv.Topics.Retained.Get(topic)
+	switch {
+	case !ok || len(cur.Payload) == 0:
+		// Cleared (by own, or by an update after it).
+		return nil
+	case own != nil && ownVal != nil && cur.Origin == own.Origin && cur.Created == own.Created && bytes.Equal(cur.Payload, own.Payload):
+		return ownVal
+	}
+	// Set by an update after own, or own cleared a message another
+	// update set again: store that one.
+	if cur.Origin != "" {
+		client = cur.Origin
+	}
+	m := messageOf(storage.RetainedKey, client, cur)
+	m.FixedHeader.Dup = false
+	return encodeMessage(&m)
+}
+
+// retainAvailable reports whether the server retains messages (mochi's
+// retainMessage does nothing, and calls no OnRetainMessage, if not).
+func (h *Hook) retainAvailable() bool {
+	return h.srv.Options == nil || h.srv.Options.Capabilities == nil || h.srv.Options.Capabilities.RetainAvailable != 0
 }
 
 // OnRetainedExpired removes an expired retained message.
@@ -1071,9 +1113,36 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	h.mu.seq++
 	p := &publish{tag: tagPrefix + strconv.FormatUint(h.mu.seq, 10), seq: h.mu.seq, client: cl.ID, pid: pk.PacketID, qos: pk.FixedHeader.Qos, ready: make(chan struct{})}
 	pkey, ikey := pendingKey(p.seq), inflightKey(cl.ID, pk.PacketID)
-	c, err := h.submitLocked(false, opCost(len(pkey), len(val))+opCost(len(ikey), len(rel)), func(tx *kdb.Txn) error {
+	cost := opCost(len(pkey), len(val)) + opCost(len(ikey), len(rel))
+	// A retained publish is retained in this commit too, by a reference
+	// to its pending record (encodeRetainedRef; a removal for an empty
+	// payload): a crash after this commit and before OnRetainMessage's
+	// left the message published again at the restart but not retained.
+	// OnRetainMessage then stores the server's retained message in its
+	// place (which is not always this one: see there).
+	var rkey, rval []byte
+	if pk.FixedHeader.Retain && h.retainAvailable() {
+		p.retTopic, p.retWrote = pk.TopicName, true
+		rkey = retainedKey(pk.TopicName)
+		if len(pk.Payload) > 0 {
+			rval = encodeRetainedRef(p.seq)
+		}
+		cost += opCost(len(rkey), len(rval))
+	}
+	c, err := h.submitLocked(false, cost, func(tx *kdb.Txn) error {
 		if err := tx.Put(idxPending, pkey, val); err != nil {
 			return err
+		}
+		switch {
+		case rkey == nil:
+		case rval == nil:
+			if err := tx.Delete(idxRetained, rkey); err != nil {
+				return err
+			}
+		default:
+			if err := tx.Put(idxRetained, rkey, rval); err != nil {
+				return err
+			}
 		}
 		if rel != nil {
 			return tx.Put(idxInflight, ikey, rel)
@@ -1217,6 +1286,21 @@ func (h *Hook) finishLocked(p *publish, published bool) {
 			delete(fl, p.pid)
 			dropRec = inflightKey(p.client, p.pid)
 		}
+	}
+	if p.retWrote && !p.retSeen {
+		// Not expected (OnRetainMessage follows an OnPublish that stored
+		// a retained publish, unless a hook after this one rejected it):
+		// the reference would outlive the pending record it stands for.
+		// Store the server's retained message of the topic instead,
+		// before the pending record goes.
+		key := retainedKey(p.retTopic)
+		val := h.retainedRecordLocked(p.retTopic, p.client, nil, nil)
+		_, _ = h.submitLocked(true, opCost(len(key), len(val)), func(tx *kdb.Txn) error {
+			if val == nil {
+				return tx.Delete(idxRetained, key)
+			}
+			return tx.Put(idxRetained, key, val)
+		})
 	}
 	c, err := h.commitFanoutLocked(p, puts, dropRec)
 	for _, w := range p.puts {
@@ -1701,6 +1785,13 @@ func (h *Hook) badClient(ck []byte) bool {
 // (orphan), in commits within h.budget (not synced: one left by a crash
 // is removed at the next start).
 func (h *Hook) dropOrphans(index string, keys [][]byte) {
+	h.dropRecords(index, keys, "records of sessions that had ended")
+}
+
+// dropRecords removes the records keys of index, which load found of no
+// use (what says why, for the log), in commits within h.budget. Does not
+// sync: a record a crash keeps is found again at the next start.
+func (h *Hook) dropRecords(index string, keys [][]byte, what string) {
 	if len(keys) == 0 {
 		return
 	}
@@ -1712,20 +1803,27 @@ func (h *Hook) dropOrphans(index string, keys [][]byte) {
 	_, err := h.submitOpsLocked(true, ops)
 	h.mu.Unlock()
 	if err != nil {
-		h.Log.Error("kdbmqtt: removing the records of ended sessions failed", "index", Namespace+"/"+index, "records", len(keys), "error", err)
+		h.Log.Error("kdbmqtt: removing stored records failed", "what", what, "index", Namespace+"/"+index, "records", len(keys), "error", err)
 		return
 	}
-	h.Log.Info("kdbmqtt: removed the records of sessions that had ended", "index", Namespace+"/"+index, "records", len(keys))
+	h.Log.Info("kdbmqtt: removed stored records", "what", what, "index", Namespace+"/"+index, "records", len(keys))
 }
 
 // StoredRetainedMessages returns the stored retained messages.
 func (h *Hook) StoredRetainedMessages() ([]storage.Message, error) {
 	var out []storage.Message
+	var dangling [][]byte
 	err := h.ns.View(func(s *kdb.Snapshot) error {
 		if n, err := s.Len(idxRetained); err == nil {
 			out = make([]storage.Message, 0, n) // sized once, not regrown (and copied) ~20 times for 100,000
 		}
 		return h.scan(s, idxRetained, func(k, v []byte) error {
+			if seq, ok := decodeRetainedRef(v); ok {
+				// load resolved every reference to a pending publish it
+				// read: this one's is not stored, or was skipped.
+				dangling = append(dangling, bytes.Clone(k))
+				return fmt.Errorf("%w: a retained reference to pending publish %d, which is not stored or was skipped; removed", errMalformed, seq)
+			}
 			// Decoded in place: a storage.Message is large, and 100,000
 			// copies of it showed in a restart's profile.
 			out = append(out, storage.Message{})
@@ -1741,7 +1839,11 @@ func (h *Hook) StoredRetainedMessages() ([]storage.Message, error) {
 			return err
 		})
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	h.dropRecords(idxRetained, dangling, "retained references to no stored message")
+	return out, nil
 }
 
 // StoredInflightMessages returns the inflight messages read at Init, less
