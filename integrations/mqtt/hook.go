@@ -85,9 +85,10 @@ type Hook struct {
 		// (orphan). nil from StoredInflightMessages or OnStarted on.
 		ended map[string]bool
 		// badClients holds the keys of the client records StoredClients
-		// skipped (malformed, damaged): their subscriptions are not handed
-		// out either (mochi would put them in its topic tree with no
-		// session), but stay stored.
+		// skipped (malformed, damaged): their subscriptions and inflight
+		// messages are not handed out (mochi would put the subscriptions
+		// in its topic tree with no session), and StoredInflightMessages
+		// removes them with the record (dropBadClients).
 		badClients map[string]bool
 		// conns holds, per client ID, the connection whose session
 		// record was stored last (OnSessionEstablish) and the session
@@ -248,11 +249,12 @@ func (h *Hook) load() error {
 	}
 	var maxSeq uint64
 	var fans []fanRec
+	var badFans [][]byte         // fan-out records skipped
 	var retain []storage.Message // pending publishes still retained by reference
 	pending := map[uint64]bool{}
 	undo := map[string]bool{} // inflight keys of interrupted fan-outs
 	err := h.ns.View(func(s *kdb.Snapshot) error {
-		if err := h.scan(s, idxFanout, func(k, v []byte) error {
+		if err := h.scanBad(s, idxFanout, func(k, v []byte) error {
 			if len(k) != fanKeyLen {
 				return fmt.Errorf("%w: fan-out key of %d bytes", errMalformed, len(k))
 			}
@@ -264,7 +266,7 @@ func (h *Hook) load() error {
 			}
 			fans = append(fans, fanRec{key: bytes.Clone(k), seq: seq, keys: keys})
 			return nil
-		}); err != nil {
+		}, func(k []byte) { badFans = append(badFans, k) }); err != nil {
 			return err
 		}
 		if err := h.scan(s, idxPending, func(k, v []byte) error {
@@ -347,6 +349,9 @@ func (h *Hook) load() error {
 	if undone > 0 {
 		h.Log.Info("kdbmqtt: removed the copies of fan-outs a stop interrupted; their messages are published again", "copies", undone)
 	}
+	if err := h.dropBadFanouts(badFans, pending); err != nil {
+		return err
+	}
 	// A retained publish's reference a stop left (between its pending
 	// record's commit and OnRetainMessage's): its message is retained.
 	for _, m := range retain {
@@ -363,6 +368,41 @@ func (h *Hook) load() error {
 	return nil
 }
 
+// dropBadFanouts removes the fan-out records load skipped, whose keys are
+// bad, in one synced commit. A fan-out record is of use only while the pending publish it
+// belongs to is stored, to undo the copies it names; one that cannot be
+// read is of no use at all, and stayed stored for good. If its pending
+// publish is stored (pending), the copies it named cannot be told from
+// the other inflight messages and are kept: the message is published
+// again, and the subscribers of that part may get it twice (a QoS 2
+// message too). That is logged, at error level, with the publish's
+// sequence; removing inflight messages that merely look like the copies
+// could lose an acknowledged message, a duplicate loses nothing.
+func (h *Hook) dropBadFanouts(bad [][]byte, pending map[uint64]bool) error {
+	if len(bad) == 0 {
+		return nil
+	}
+	for _, k := range bad {
+		if len(k) == fanKeyLen && pending[beUint64(k[:8])] {
+			h.Log.Error("kdbmqtt: a fan-out record of a message to publish again cannot be read: the copies it named are kept, and their subscribers may get the message twice",
+				"seq", beUint64(k[:8]), "part", beUint64(k[8:]))
+		}
+	}
+	err := h.ns.Update(func(tx *kdb.Txn) error {
+		for _, k := range bad {
+			if err := tx.Delete(idxFanout, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("kdbmqtt: removing fan-out records that cannot be read: %w", err)
+	}
+	h.Log.Warn("kdbmqtt: removed fan-out records that could not be read", "records", len(bad))
+	return nil
+}
+
 func beUint64(b []byte) uint64 {
 	var v uint64
 	for _, c := range b {
@@ -375,6 +415,12 @@ func beUint64(b []byte) uint64 {
 // returns an error wrapping errMalformed) or whose value cannot be read
 // (kdb.ErrCorrupt) is logged and skipped; any other error ends the scan.
 func (h *Hook) scan(s *kdb.Snapshot, index string, fn func(k, v []byte) error) error {
+	return h.scanBad(s, index, fn, nil)
+}
+
+// scanBad is scan, and calls bad (if not nil) with the key of each record
+// it skips (a copy).
+func (h *Hook) scanBad(s *kdb.Snapshot, index string, fn func(k, v []byte) error, bad func(k []byte)) error {
 	it := s.Iter(index)
 	ok := it.First()
 	for ok {
@@ -385,6 +431,9 @@ func (h *Hook) scan(s *kdb.Snapshot, index string, fn func(k, v []byte) error) e
 				return err
 			}
 			h.skip(index, k, err)
+			if bad != nil {
+				bad(bytes.Clone(k))
+			}
 			// Err is sticky: go on with a fresh iterator after k.
 			next := append(bytes.Clone(k), 0)
 			it = s.Iter(index)
@@ -396,6 +445,9 @@ func (h *Hook) scan(s *kdb.Snapshot, index string, fn func(k, v []byte) error) e
 				return err
 			}
 			h.skip(index, k, err)
+			if bad != nil {
+				bad(bytes.Clone(k))
+			}
 		}
 		ok = it.Next()
 	}
@@ -1739,7 +1791,10 @@ func (h *Hook) StoredSubscriptions() ([]storage.Subscription, error) {
 				orphans = append(orphans, bytes.Clone(k))
 				return nil
 			} else if i > 0 && h.badClient(k[:i]) {
-				return fmt.Errorf("%w: a subscription of client record %q, which was skipped", errMalformed, k[:i])
+				// Removed with its client record (dropBadClients); a
+				// malformed one is also logged as such.
+				_, err := decodeSub(v)
+				return err
 			}
 			sub, err := decodeSub(v)
 			if err != nil {
@@ -1779,6 +1834,61 @@ func (h *Hook) badClient(ck []byte) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.mu.badClients[string(ck)]
+}
+
+// dropBadClients removes the client records StoredClients skipped with
+// every subscription and inflight record under their keys (readable or
+// not), the client record last (commits in turn: a crash between them
+// leaves the client record, found again at the next start, or orphans,
+// removed then), and logs each client with what was removed. Does not
+// sync.
+//
+// Why remove, not keep for a repair: the server restores no session for
+// such a record, and the client's next CONNECT is told none is present,
+// so by MQTT's rules it starts a new session and subscribes again; the
+// old session's subscriptions and queued messages are of no use to it,
+// and no tool repairs the record. Kept, they harmed: the new session's
+// client record made them its own at the restart after it (subscriptions
+// it never made, messages of the old session), and otherwise they stayed
+// stored for good. The loss, which the damage made, is logged at error
+// level per client, with what was removed.
+func (h *Hook) dropBadClients() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	bad := make([]string, 0, len(h.mu.badClients))
+	for k := range h.mu.badClients {
+		bad = append(bad, k)
+	}
+	h.mu.badClients = nil
+	sort.Strings(bad)
+	for _, ck := range bad {
+		prefix := append([]byte(ck), 0)
+		var ops []kvOp
+		n := map[string]int{}
+		err := h.ns.View(func(s *kdb.Snapshot) error {
+			for _, index := range []string{idxSubs, idxInflight} {
+				it := s.Iter(index)
+				for ok := it.Seek(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+					ops = append(ops, kvOp{index: index, key: bytes.Clone(it.Key()), del: true})
+					n[index]++
+				}
+				if err := it.Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			ops = append(ops, kvOp{index: idxClients, key: []byte(ck), del: true})
+			_, err = h.submitOpsLocked(true, ops)
+		}
+		if err != nil {
+			h.Log.Error("kdbmqtt: removing the session of a client record that could not be read failed", "client_key", ck, "error", err)
+			continue
+		}
+		h.Log.Error("kdbmqtt: a client record that could not be read: its session is not restored; removed with its subscriptions and inflight messages",
+			"client_key", ck, "subscriptions", n[idxSubs], "inflight", n[idxInflight])
+	}
 }
 
 // dropOrphans removes the records of index that belong to no session
@@ -1847,7 +1957,9 @@ func (h *Hook) StoredRetainedMessages() ([]storage.Message, error) {
 }
 
 // StoredInflightMessages returns the inflight messages read at Init, less
-// those of no session (orphan), which it removes.
+// those of no session (orphan), which it removes, and those of a client
+// record StoredClients skipped, which it removes with that record
+// (dropBadClients).
 func (h *Hook) StoredInflightMessages() ([]storage.Message, error) {
 	in := h.loadedInflight
 	h.loadedInflight = nil
@@ -1855,8 +1967,12 @@ func (h *Hook) StoredInflightMessages() ([]storage.Message, error) {
 	var orphans [][]byte
 	err := h.ns.View(func(s *kdb.Snapshot) error {
 		for _, m := range in {
-			if h.orphan(s, clientKey(m.Client)) {
-				orphans = append(orphans, inflightKey(m.Client, m.PacketID))
+			ck := clientKey(m.Client)
+			orphan := h.orphan(s, ck)
+			if orphan || h.badClient(ck) {
+				if orphan {
+					orphans = append(orphans, inflightKey(m.Client, m.PacketID))
+				} // else removed with its client record (dropBadClients)
 				h.mu.Lock()
 				if fl := h.mu.flights[m.Client]; fl != nil && fl[m.PacketID] != nil && fl[m.PacketID].commit == nil && fl[m.PacketID].pub == nil {
 					delete(fl, m.PacketID) // the loaded record's, not rewritten since
@@ -1878,6 +1994,7 @@ func (h *Hook) StoredInflightMessages() ([]storage.Message, error) {
 	h.mu.ended = nil
 	h.mu.Unlock()
 	h.dropOrphans(idxInflight, orphans)
+	h.dropBadClients()
 	return out, nil
 }
 
