@@ -156,9 +156,33 @@
 // A stored record that does not decode, lacks what the server needs, or
 // whose value kdb cannot read (kdb.ErrCorrupt) is logged at error level
 // ("kdbmqtt: skipping a malformed stored record", with its index and key)
-// and skipped; the server starts with the others. The subscriptions of a
-// client record skipped so are skipped too (and stay stored): mochi would
-// put them in its topic tree with no session.
+// and skipped; the server starts with the others. What only a skipped
+// record gave a use to is removed at the start, not kept:
+//
+//   - A client record skipped: the server restores no session for it, so
+//     its subscriptions and inflight messages are not handed out (mochi
+//     would put the subscriptions in its topic tree with no session) and
+//     are removed with the record, each client logged at error level with
+//     how many of each. They are valid records, but of a session that no
+//     longer exists: the client's next CONNECT is told no session is
+//     present and, by MQTT's rules, starts anew and subscribes again; no
+//     tool repairs a client record; and kept, they became the new
+//     session's at the restart after its CONNECT stored a good record
+//     (subscriptions it never made, the old session's messages), or
+//     stayed stored for good.
+//   - A fan-out record skipped: it is removed. Its copies stay. If its
+//     pending publish is stored, the copies it named cannot be told from
+//     other inflight messages (removing look-alikes could lose an
+//     acknowledged message): the message is published again and those
+//     subscribers may get it twice, which is logged at error level with
+//     the publish's sequence.
+//   - A retained reference whose pending publish is not stored (or was
+//     skipped) is removed.
+//
+// Other skipped records (a pending publish, an inflight message, a
+// retained message, a subscription of a good client) stay stored and are
+// skipped at every start: nothing else refers to them, and a pending
+// publish is the only copy of an acknowledged message.
 //
 // # What differs from mochi's own hooks
 //
