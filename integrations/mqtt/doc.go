@@ -24,11 +24,18 @@
 // last event before a packet is written):
 //
 //   - OnPublish (before the ack) stores the message as a pending publish
-//     (index "pub"), with the PUBREC state of its packet ID for QoS 2;
-//     OnRetainMessage stores or removes the retained copy (the server's
-//     retained message of the topic as it is at the event: mochi's
-//     updates and events of two publishers can come in other orders); the
-//     PUBACK or PUBREC waits for both.
+//     (index "pub"), with the PUBREC state of its packet ID for QoS 2 and,
+//     for a retained publish, its retained state in the same commit: a
+//     reference to the pending record (or the removal of the topic's
+//     retained message, for an empty payload). OnRetainMessage then stores
+//     or removes the retained copy (the server's retained message of the
+//     topic as it is at the event: mochi's updates and events of two
+//     publishers can come in other orders); the PUBACK or PUBREC waits for
+//     both. A crash between the two commits leaves the message both
+//     published again at the start and retained (load turns a reference
+//     it finds into the message): an unacknowledged retained publish is
+//     there wholly or not at all, never published again without being
+//     retained, nor retained without being published.
 //   - The subscribers' inflight copies (OnQosPublish during the fan-out) are
 //     gathered and committed at OnPublished in one transaction that also
 //     removes the pending publish: after a crash either the pending publish
@@ -127,7 +134,7 @@
 //
 //	cl   client ID                     → storage.Client
 //	sub  client ID, 0, filter          → storage.Subscription
-//	ret  topic                         → storage.Message (retained)
+//	ret  topic                         → storage.Message (retained), or a reference: 0x02, pending sequence (8 bytes, BE)
 //	if   client ID, 0, packet ID (BE)  → storage.Message (inflight: PUBLISH, PUBREC or PUBREL state)
 //	pub  sequence (8 bytes, BE)        → storage.Message (acknowledged, fan-out not yet committed)
 //	fan  sequence, part (4 bytes, BE)  → inflight keys (a split fan-out's part, until its last commit)
@@ -140,16 +147,42 @@
 // fan-outs: a store written before has none, and reads as before; a store
 // with fan-out records left by a crash must not be opened by an earlier
 // version of the hook, which would deliver the copies they name besides
-// publishing the message again.
+// publishing the message again. A retained reference is new too: an
+// earlier version skips one a crash left as a malformed record (logged),
+// and the message it stands for is published again but not retained.
 //
 // # Bad records
 //
 // A stored record that does not decode, lacks what the server needs, or
 // whose value kdb cannot read (kdb.ErrCorrupt) is logged at error level
 // ("kdbmqtt: skipping a malformed stored record", with its index and key)
-// and skipped; the server starts with the others. The subscriptions of a
-// client record skipped so are skipped too (and stay stored): mochi would
-// put them in its topic tree with no session.
+// and skipped; the server starts with the others. What only a skipped
+// record gave a use to is removed at the start, not kept:
+//
+//   - A client record skipped: the server restores no session for it, so
+//     its subscriptions and inflight messages are not handed out (mochi
+//     would put the subscriptions in its topic tree with no session) and
+//     are removed with the record, each client logged at error level with
+//     how many of each. They are valid records, but of a session that no
+//     longer exists: the client's next CONNECT is told no session is
+//     present and, by MQTT's rules, starts anew and subscribes again; no
+//     tool repairs a client record; and kept, they became the new
+//     session's at the restart after its CONNECT stored a good record
+//     (subscriptions it never made, the old session's messages), or
+//     stayed stored for good.
+//   - A fan-out record skipped: it is removed. Its copies stay. If its
+//     pending publish is stored, the copies it named cannot be told from
+//     other inflight messages (removing look-alikes could lose an
+//     acknowledged message): the message is published again and those
+//     subscribers may get it twice, which is logged at error level with
+//     the publish's sequence.
+//   - A retained reference whose pending publish is not stored (or was
+//     skipped) is removed.
+//
+// Other skipped records (a pending publish, an inflight message, a
+// retained message, a subscription of a good client) stay stored and are
+// skipped at every start: nothing else refers to them, and a pending
+// publish is the only copy of an acknowledged message.
 //
 // # What differs from mochi's own hooks
 //

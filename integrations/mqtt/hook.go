@@ -85,9 +85,10 @@ type Hook struct {
 		// (orphan). nil from StoredInflightMessages or OnStarted on.
 		ended map[string]bool
 		// badClients holds the keys of the client records StoredClients
-		// skipped (malformed, damaged): their subscriptions are not handed
-		// out either (mochi would put them in its topic tree with no
-		// session), but stay stored.
+		// skipped (malformed, damaged): their subscriptions and inflight
+		// messages are not handed out (mochi would put the subscriptions
+		// in its topic tree with no session), and StoredInflightMessages
+		// removes them with the record (dropBadClients).
 		badClients map[string]bool
 		// conns holds, per client ID, the connection whose session
 		// record was stored last (OnSessionEstablish) and the session
@@ -141,9 +142,16 @@ type publish struct {
 	qos    byte
 	replay bool
 	puts   []fanout
-	ready  chan struct{} // closed once commit or err is set
-	commit *kdb.Commit   // the fan-out's last commit (see commitFanoutLocked)
-	err    error         // the fan-out was not written: the store failed
+	// retTopic is the topic whose retained record OnPublish wrote (a
+	// reference to this publish, or a removal) in the commit of the
+	// pending record, if it did; retSeen is set when OnRetainMessage
+	// came for this publish (and stored the server's retained message).
+	retTopic string
+	retWrote bool
+	retSeen  bool
+	ready    chan struct{} // closed once commit or err is set
+	commit   *kdb.Commit   // the fan-out's last commit (see commitFanoutLocked)
+	err      error         // the fan-out was not written: the store failed
 }
 
 type fanout struct {
@@ -241,10 +249,12 @@ func (h *Hook) load() error {
 	}
 	var maxSeq uint64
 	var fans []fanRec
+	var badFans [][]byte         // fan-out records skipped
+	var retain []storage.Message // pending publishes still retained by reference
 	pending := map[uint64]bool{}
 	undo := map[string]bool{} // inflight keys of interrupted fan-outs
 	err := h.ns.View(func(s *kdb.Snapshot) error {
-		if err := h.scan(s, idxFanout, func(k, v []byte) error {
+		if err := h.scanBad(s, idxFanout, func(k, v []byte) error {
 			if len(k) != fanKeyLen {
 				return fmt.Errorf("%w: fan-out key of %d bytes", errMalformed, len(k))
 			}
@@ -256,7 +266,7 @@ func (h *Hook) load() error {
 			}
 			fans = append(fans, fanRec{key: bytes.Clone(k), seq: seq, keys: keys})
 			return nil
-		}); err != nil {
+		}, func(k []byte) { badFans = append(badFans, k) }); err != nil {
 			return err
 		}
 		if err := h.scan(s, idxPending, func(k, v []byte) error {
@@ -274,6 +284,13 @@ func (h *Hook) load() error {
 			maxSeq = max(maxSeq, seq)
 			pending[seq] = true
 			h.replay = append(h.replay, pendingMsg{seq: seq, msg: m})
+			if m.FixedHeader.Retain && len(m.Payload) > 0 {
+				if v, err := s.Get(idxRetained, retainedKey(m.TopicName)); err == nil {
+					if ref, ok := decodeRetainedRef(v); ok && ref == seq {
+						retain = append(retain, m)
+					}
+				}
+			}
 			return nil
 		}); err != nil {
 			return err
@@ -332,7 +349,57 @@ func (h *Hook) load() error {
 	if undone > 0 {
 		h.Log.Info("kdbmqtt: removed the copies of fan-outs a stop interrupted; their messages are published again", "copies", undone)
 	}
+	if err := h.dropBadFanouts(badFans, pending); err != nil {
+		return err
+	}
+	// A retained publish's reference a stop left (between its pending
+	// record's commit and OnRetainMessage's): its message is retained.
+	for _, m := range retain {
+		m.T, m.FixedHeader.Dup = storage.RetainedKey, false
+		key, val := retainedKey(m.TopicName), encodeMessage(&m)
+		if err := h.ns.Update(func(tx *kdb.Txn) error { return tx.Put(idxRetained, key, val) }); err != nil {
+			return fmt.Errorf("kdbmqtt: retaining a pending publish: %w", err)
+		}
+	}
+	if len(retain) > 0 {
+		h.Log.Info("kdbmqtt: retained the retained publishes a stop interrupted; they are published again", "messages", len(retain))
+	}
 	h.mu.seq = maxSeq
+	return nil
+}
+
+// dropBadFanouts removes the fan-out records load skipped, whose keys are
+// bad, in one synced commit. A fan-out record is of use only while the pending publish it
+// belongs to is stored, to undo the copies it names; one that cannot be
+// read is of no use at all, and stayed stored for good. If its pending
+// publish is stored (pending), the copies it named cannot be told from
+// the other inflight messages and are kept: the message is published
+// again, and the subscribers of that part may get it twice (a QoS 2
+// message too). That is logged, at error level, with the publish's
+// sequence; removing inflight messages that merely look like the copies
+// could lose an acknowledged message, a duplicate loses nothing.
+func (h *Hook) dropBadFanouts(bad [][]byte, pending map[uint64]bool) error {
+	if len(bad) == 0 {
+		return nil
+	}
+	for _, k := range bad {
+		if len(k) == fanKeyLen && pending[beUint64(k[:8])] {
+			h.Log.Error("kdbmqtt: a fan-out record of a message to publish again cannot be read: the copies it named are kept, and their subscribers may get the message twice",
+				"seq", beUint64(k[:8]), "part", beUint64(k[8:]))
+		}
+	}
+	err := h.ns.Update(func(tx *kdb.Txn) error {
+		for _, k := range bad {
+			if err := tx.Delete(idxFanout, k); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("kdbmqtt: removing fan-out records that cannot be read: %w", err)
+	}
+	h.Log.Warn("kdbmqtt: removed fan-out records that could not be read", "records", len(bad))
 	return nil
 }
 
@@ -348,6 +415,12 @@ func beUint64(b []byte) uint64 {
 // returns an error wrapping errMalformed) or whose value cannot be read
 // (kdb.ErrCorrupt) is logged and skipped; any other error ends the scan.
 func (h *Hook) scan(s *kdb.Snapshot, index string, fn func(k, v []byte) error) error {
+	return h.scanBad(s, index, fn, nil)
+}
+
+// scanBad is scan, and calls bad (if not nil) with the key of each record
+// it skips (a copy).
+func (h *Hook) scanBad(s *kdb.Snapshot, index string, fn func(k, v []byte) error, bad func(k []byte)) error {
 	it := s.Iter(index)
 	ok := it.First()
 	for ok {
@@ -358,6 +431,9 @@ func (h *Hook) scan(s *kdb.Snapshot, index string, fn func(k, v []byte) error) e
 				return err
 			}
 			h.skip(index, k, err)
+			if bad != nil {
+				bad(bytes.Clone(k))
+			}
 			// Err is sticky: go on with a fresh iterator after k.
 			next := append(bytes.Clone(k), 0)
 			it = s.Iter(index)
@@ -369,6 +445,9 @@ func (h *Hook) scan(s *kdb.Snapshot, index string, fn func(k, v []byte) error) e
 				return err
 			}
 			h.skip(index, k, err)
+			if bad != nil {
+				bad(bytes.Clone(k))
+			}
 		}
 		ok = it.Next()
 	}
@@ -964,24 +1043,7 @@ func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var val []byte
-	cur, ok := h.srv.Topics.Retained.Get(pk.TopicName)
-	switch {
-	case !ok || len(cur.Payload) == 0:
-		// Cleared (by pk, or by an update after it).
-	case own != nil && cur.Origin == pk.Origin && cur.Created == pk.Created && bytes.Equal(cur.Payload, pk.Payload):
-		val = own
-	default:
-		// Set by an update after pk, or pk cleared a message another
-		// update set again: store that one.
-		client := cur.Origin
-		if client == "" {
-			client = cl.ID
-		}
-		m := messageOf(storage.RetainedKey, client, cur)
-		m.FixedHeader.Dup = false
-		val = encodeMessage(&m)
-	}
+	val := h.retainedRecordLocked(pk.TopicName, cl.ID, &pk, own)
 	c, err := h.submitLocked(false, opCost(len(key), len(val)), func(tx *kdb.Txn) error {
 		if val == nil {
 			return tx.Delete(idxRetained, key)
@@ -994,6 +1056,7 @@ func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 		h.Log.Warn("kdbmqtt: a retained message too large to store; not retained across a restart", "client", cl.ID, "topic", pk.TopicName, "bytes", len(val), "error", err)
 	}
 	if p := h.mu.open[cl.ID]; p != nil && p.tag == pk.Connect.ClientIdentifier {
+		p.retSeen = true
 		h.setLast(cl.ID, c, err)
 	}
 	// Else no ack follows (QoS 0; a will, sent when the client is gone,
@@ -1001,6 +1064,37 @@ func (h *Hook) OnRetainMessage(cl *mqtt.Client, pk packets.Packet, r int64) {
 	// stick to the client's next connection and refuse its CONNACK. The
 	// client's later acks wait for later commits, which take effect after
 	// this one.
+}
+
+// retainedRecordLocked returns the record of the server's retained message
+// of topic as it is now, or nil if it has none: ownVal if that message is
+// own (the PUBLISH whose event asks), else the message encoded, with
+// client as its client if it has no origin.
+//
+// The caller must hold h.mu.
+func (h *Hook) retainedRecordLocked(topic, client string, own *packets.Packet, ownVal []byte) []byte {
+	cur, ok := h.srv.Topics.Retained.Get(topic)
+	switch {
+	case !ok || len(cur.Payload) == 0:
+		// Cleared (by own, or by an update after it).
+		return nil
+	case own != nil && ownVal != nil && cur.Origin == own.Origin && cur.Created == own.Created && bytes.Equal(cur.Payload, own.Payload):
+		return ownVal
+	}
+	// Set by an update after own, or own cleared a message another
+	// update set again: store that one.
+	if cur.Origin != "" {
+		client = cur.Origin
+	}
+	m := messageOf(storage.RetainedKey, client, cur)
+	m.FixedHeader.Dup = false
+	return encodeMessage(&m)
+}
+
+// retainAvailable reports whether the server retains messages (mochi's
+// retainMessage does nothing, and calls no OnRetainMessage, if not).
+func (h *Hook) retainAvailable() bool {
+	return h.srv.Options == nil || h.srv.Options.Capabilities == nil || h.srv.Options.Capabilities.RetainAvailable != 0
 }
 
 // OnRetainedExpired removes an expired retained message.
@@ -1071,9 +1165,36 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 	h.mu.seq++
 	p := &publish{tag: tagPrefix + strconv.FormatUint(h.mu.seq, 10), seq: h.mu.seq, client: cl.ID, pid: pk.PacketID, qos: pk.FixedHeader.Qos, ready: make(chan struct{})}
 	pkey, ikey := pendingKey(p.seq), inflightKey(cl.ID, pk.PacketID)
-	c, err := h.submitLocked(false, opCost(len(pkey), len(val))+opCost(len(ikey), len(rel)), func(tx *kdb.Txn) error {
+	cost := opCost(len(pkey), len(val)) + opCost(len(ikey), len(rel))
+	// A retained publish is retained in this commit too, by a reference
+	// to its pending record (encodeRetainedRef; a removal for an empty
+	// payload): a crash after this commit and before OnRetainMessage's
+	// left the message published again at the restart but not retained.
+	// OnRetainMessage then stores the server's retained message in its
+	// place (which is not always this one: see there).
+	var rkey, rval []byte
+	if pk.FixedHeader.Retain && h.retainAvailable() {
+		p.retTopic, p.retWrote = pk.TopicName, true
+		rkey = retainedKey(pk.TopicName)
+		if len(pk.Payload) > 0 {
+			rval = encodeRetainedRef(p.seq)
+		}
+		cost += opCost(len(rkey), len(rval))
+	}
+	c, err := h.submitLocked(false, cost, func(tx *kdb.Txn) error {
 		if err := tx.Put(idxPending, pkey, val); err != nil {
 			return err
+		}
+		switch {
+		case rkey == nil:
+		case rval == nil:
+			if err := tx.Delete(idxRetained, rkey); err != nil {
+				return err
+			}
+		default:
+			if err := tx.Put(idxRetained, rkey, rval); err != nil {
+				return err
+			}
 		}
 		if rel != nil {
 			return tx.Put(idxInflight, ikey, rel)
@@ -1217,6 +1338,21 @@ func (h *Hook) finishLocked(p *publish, published bool) {
 			delete(fl, p.pid)
 			dropRec = inflightKey(p.client, p.pid)
 		}
+	}
+	if p.retWrote && !p.retSeen {
+		// Not expected (OnRetainMessage follows an OnPublish that stored
+		// a retained publish, unless a hook after this one rejected it):
+		// the reference would outlive the pending record it stands for.
+		// Store the server's retained message of the topic instead,
+		// before the pending record goes.
+		key := retainedKey(p.retTopic)
+		val := h.retainedRecordLocked(p.retTopic, p.client, nil, nil)
+		_, _ = h.submitLocked(true, opCost(len(key), len(val)), func(tx *kdb.Txn) error {
+			if val == nil {
+				return tx.Delete(idxRetained, key)
+			}
+			return tx.Put(idxRetained, key, val)
+		})
 	}
 	c, err := h.commitFanoutLocked(p, puts, dropRec)
 	for _, w := range p.puts {
@@ -1655,7 +1791,10 @@ func (h *Hook) StoredSubscriptions() ([]storage.Subscription, error) {
 				orphans = append(orphans, bytes.Clone(k))
 				return nil
 			} else if i > 0 && h.badClient(k[:i]) {
-				return fmt.Errorf("%w: a subscription of client record %q, which was skipped", errMalformed, k[:i])
+				// Removed with its client record (dropBadClients); a
+				// malformed one is also logged as such.
+				_, err := decodeSub(v)
+				return err
 			}
 			sub, err := decodeSub(v)
 			if err != nil {
@@ -1697,10 +1836,72 @@ func (h *Hook) badClient(ck []byte) bool {
 	return h.mu.badClients[string(ck)]
 }
 
+// dropBadClients removes the client records StoredClients skipped with
+// every subscription and inflight record under their keys (readable or
+// not), the client record last (commits in turn: a crash between them
+// leaves the client record, found again at the next start, or orphans,
+// removed then), and logs each client with what was removed. Does not
+// sync.
+//
+// Why remove, not keep for a repair: the server restores no session for
+// such a record, and the client's next CONNECT is told none is present,
+// so by MQTT's rules it starts a new session and subscribes again; the
+// old session's subscriptions and queued messages are of no use to it,
+// and no tool repairs the record. Kept, they harmed: the new session's
+// client record made them its own at the restart after it (subscriptions
+// it never made, messages of the old session), and otherwise they stayed
+// stored for good. The loss, which the damage made, is logged at error
+// level per client, with what was removed.
+func (h *Hook) dropBadClients() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	bad := make([]string, 0, len(h.mu.badClients))
+	for k := range h.mu.badClients {
+		bad = append(bad, k)
+	}
+	h.mu.badClients = nil
+	sort.Strings(bad)
+	for _, ck := range bad {
+		prefix := append([]byte(ck), 0)
+		var ops []kvOp
+		n := map[string]int{}
+		err := h.ns.View(func(s *kdb.Snapshot) error {
+			for _, index := range []string{idxSubs, idxInflight} {
+				it := s.Iter(index)
+				for ok := it.Seek(prefix); ok && bytes.HasPrefix(it.Key(), prefix); ok = it.Next() {
+					ops = append(ops, kvOp{index: index, key: bytes.Clone(it.Key()), del: true})
+					n[index]++
+				}
+				if err := it.Err(); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			ops = append(ops, kvOp{index: idxClients, key: []byte(ck), del: true})
+			_, err = h.submitOpsLocked(true, ops)
+		}
+		if err != nil {
+			h.Log.Error("kdbmqtt: removing the session of a client record that could not be read failed", "client_key", ck, "error", err)
+			continue
+		}
+		h.Log.Error("kdbmqtt: a client record that could not be read: its session is not restored; removed with its subscriptions and inflight messages",
+			"client_key", ck, "subscriptions", n[idxSubs], "inflight", n[idxInflight])
+	}
+}
+
 // dropOrphans removes the records of index that belong to no session
 // (orphan), in commits within h.budget (not synced: one left by a crash
 // is removed at the next start).
 func (h *Hook) dropOrphans(index string, keys [][]byte) {
+	h.dropRecords(index, keys, "records of sessions that had ended")
+}
+
+// dropRecords removes the records keys of index, which load found of no
+// use (what says why, for the log), in commits within h.budget. Does not
+// sync: a record a crash keeps is found again at the next start.
+func (h *Hook) dropRecords(index string, keys [][]byte, what string) {
 	if len(keys) == 0 {
 		return
 	}
@@ -1712,20 +1913,27 @@ func (h *Hook) dropOrphans(index string, keys [][]byte) {
 	_, err := h.submitOpsLocked(true, ops)
 	h.mu.Unlock()
 	if err != nil {
-		h.Log.Error("kdbmqtt: removing the records of ended sessions failed", "index", Namespace+"/"+index, "records", len(keys), "error", err)
+		h.Log.Error("kdbmqtt: removing stored records failed", "what", what, "index", Namespace+"/"+index, "records", len(keys), "error", err)
 		return
 	}
-	h.Log.Info("kdbmqtt: removed the records of sessions that had ended", "index", Namespace+"/"+index, "records", len(keys))
+	h.Log.Info("kdbmqtt: removed stored records", "what", what, "index", Namespace+"/"+index, "records", len(keys))
 }
 
 // StoredRetainedMessages returns the stored retained messages.
 func (h *Hook) StoredRetainedMessages() ([]storage.Message, error) {
 	var out []storage.Message
+	var dangling [][]byte
 	err := h.ns.View(func(s *kdb.Snapshot) error {
 		if n, err := s.Len(idxRetained); err == nil {
 			out = make([]storage.Message, 0, n) // sized once, not regrown (and copied) ~20 times for 100,000
 		}
 		return h.scan(s, idxRetained, func(k, v []byte) error {
+			if seq, ok := decodeRetainedRef(v); ok {
+				// load resolved every reference to a pending publish it
+				// read: this one's is not stored, or was skipped.
+				dangling = append(dangling, bytes.Clone(k))
+				return fmt.Errorf("%w: a retained reference to pending publish %d, which is not stored or was skipped; removed", errMalformed, seq)
+			}
 			// Decoded in place: a storage.Message is large, and 100,000
 			// copies of it showed in a restart's profile.
 			out = append(out, storage.Message{})
@@ -1741,11 +1949,17 @@ func (h *Hook) StoredRetainedMessages() ([]storage.Message, error) {
 			return err
 		})
 	})
-	return out, err
+	if err != nil {
+		return nil, err
+	}
+	h.dropRecords(idxRetained, dangling, "retained references to no stored message")
+	return out, nil
 }
 
 // StoredInflightMessages returns the inflight messages read at Init, less
-// those of no session (orphan), which it removes.
+// those of no session (orphan), which it removes, and those of a client
+// record StoredClients skipped, which it removes with that record
+// (dropBadClients).
 func (h *Hook) StoredInflightMessages() ([]storage.Message, error) {
 	in := h.loadedInflight
 	h.loadedInflight = nil
@@ -1753,8 +1967,12 @@ func (h *Hook) StoredInflightMessages() ([]storage.Message, error) {
 	var orphans [][]byte
 	err := h.ns.View(func(s *kdb.Snapshot) error {
 		for _, m := range in {
-			if h.orphan(s, clientKey(m.Client)) {
-				orphans = append(orphans, inflightKey(m.Client, m.PacketID))
+			ck := clientKey(m.Client)
+			orphan := h.orphan(s, ck)
+			if orphan || h.badClient(ck) {
+				if orphan {
+					orphans = append(orphans, inflightKey(m.Client, m.PacketID))
+				} // else removed with its client record (dropBadClients)
 				h.mu.Lock()
 				if fl := h.mu.flights[m.Client]; fl != nil && fl[m.PacketID] != nil && fl[m.PacketID].commit == nil && fl[m.PacketID].pub == nil {
 					delete(fl, m.PacketID) // the loaded record's, not rewritten since
@@ -1776,6 +1994,7 @@ func (h *Hook) StoredInflightMessages() ([]storage.Message, error) {
 	h.mu.ended = nil
 	h.mu.Unlock()
 	h.dropOrphans(idxInflight, orphans)
+	h.dropBadClients()
 	return out, nil
 }
 

@@ -397,7 +397,8 @@ func TestMut_RetainedStoredWithoutDup(t *testing.T) {
 // is not handed to the server, and neither are its subscriptions: mochi
 // would put them in its topic tree with no session, and a later client of
 // that ID, told no session was present, would get messages on them. They
-// stay stored (skipped and counted), for a repair.
+// are removed with the client record once mochi loaded the inflight
+// messages (see TestHook_LoadRemovesWhatDamagedRecordsName).
 func TestHook_SubscriptionsOfASkippedClientNotHandedOut(t *testing.T) {
 	db, ns := memStore(t)
 	sub := func(client, filter string) []byte {
@@ -426,13 +427,125 @@ func TestHook_SubscriptionsOfASkippedClientNotHandedOut(t *testing.T) {
 	if len(subs) != 1 || subs[0].Client != "good" {
 		t.Fatalf("subscriptions: %+v; want good's alone", subs)
 	}
-	if n := h.Skipped(); n != 2 {
-		t.Errorf("skipped %d records, want 2 (the client record and its subscription)", n)
+	if n := h.Skipped(); n != 1 {
+		t.Errorf("skipped %d records, want 1 (the client record)", n)
+	}
+	if _, err := h.StoredInflightMessages(); err != nil {
+		t.Fatal(err)
 	}
 	if err := h.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ns.Get(idxSubs, subKey("bad", "x/#")); err != nil {
-		t.Errorf("the subscription of the skipped client record is gone: %v", err)
+	if _, err := ns.Get(idxSubs, subKey("bad", "x/#")); err == nil {
+		t.Error("the subscription of the skipped client record is still stored")
+	}
+	if _, err := ns.Get(idxSubs, subKey("good", "y/#")); err != nil {
+		t.Errorf("the good client's subscription: %v", err)
+	}
+}
+
+// TestMut_NoRetainedReferenceWhenRetainUnavailable guards OnPublish's
+// check of the server's capability (hook.go, "h.retainAvailable()"): a
+// server that does not retain messages (RetainAvailable 0) calls no
+// OnRetainMessage, so the retained reference the pending record's commit
+// would write must not be written; it would retain, at the next start, a
+// message the server never retained.
+func TestMut_NoRetainedReferenceWhenRetainUnavailable(t *testing.T) {
+	db, ns := memStore(t)
+	h := initTestHook(t, db)
+	h.srv.Options.Capabilities.RetainAvailable = 0
+	cl := h.srv.NewClient(nil, "test", "pub", false)
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true},
+		TopicName: "r/1", Payload: []byte("v"), PacketID: 1, Origin: "pub", Created: time.Now().Unix()}
+	pkx, err := h.OnPublish(cl, pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// What a crash before the fan-out keeps: the commit the PUBACK waits
+	// for.
+	h.mu.Lock()
+	c := h.mu.last["pub"].c
+	h.mu.Unlock()
+	if err := c.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := ns.Get(idxRetained, retainedKey("r/1")); err == nil {
+		t.Fatalf("a server without retained messages: the store retains %q", v)
+	}
+	h.OnPublished(cl, pkx)
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMut_RejectedRetainedPublishLeavesNoReference guards finishLocked's
+// repair of a retained reference no OnRetainMessage replaced (hook.go,
+// "p.retWrote && !p.retSeen"): a retained publish that OnPublish stored
+// and the server then did not take (a hook after this one rejected it)
+// leaves the server's retained message of the topic stored, not a
+// reference to a pending record that is removed.
+func TestMut_RejectedRetainedPublishLeavesNoReference(t *testing.T) {
+	db, ns := memStore(t)
+	h := initTestHook(t, db)
+	kept := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true},
+		TopicName: "r/1", Payload: []byte("kept"), Origin: "earlier", Created: 1}
+	h.srv.Topics.RetainMessage(kept)
+	cl := h.srv.NewClient(nil, "test", "pub", false)
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true},
+		TopicName: "r/1", Payload: []byte("rejected"), PacketID: 1, Origin: "pub", Created: time.Now().Unix()}
+	pkx, err := h.OnPublish(cl, pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.OnPacketProcessed(cl, pkx, packets.ErrRejectPacket)
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	v, err := ns.Get(idxRetained, retainedKey("r/1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m, err := decodeMessage(v, "retained"); err != nil || string(m.Payload) != "kept" {
+		t.Fatalf("retained record %q (%v); want the server's retained message, kept", v, err)
+	}
+	if _, err := ns.Get(idxPending, pendingKey(1)); err == nil {
+		t.Fatal("the pending record of the rejected publish is still stored")
+	}
+}
+
+// TestMut_RetainedReferenceResolvedForItsOwnPublishOnly guards load's
+// match of a retained reference to its pending publish (hook.go,
+// "ref == seq") and StoredRetainedMessages' removal of a reference to
+// no stored publish: a reference is resolved from the pending publish it
+// names only (not from another retained publish of the topic), and one
+// naming a publish not stored is skipped, counted and removed.
+func TestMut_RetainedReferenceResolvedForItsOwnPublishOnly(t *testing.T) {
+	db, ns := memStore(t)
+	pend := func(topic, payload string, pid uint16) []byte {
+		m := storage.Message{T: pendingT, Client: "pub", Origin: "pub", TopicName: topic, PacketID: pid, Payload: []byte(payload),
+			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}}
+		return encodeMessage(&m)
+	}
+	b := ns.NewBatch()
+	b.Put(idxPending, pendingKey(3), pend("a", "a3", 1))
+	b.Put(idxRetained, retainedKey("a"), encodeRetainedRef(3))
+	b.Put(idxPending, pendingKey(4), pend("b", "b4", 2))
+	b.Put(idxRetained, retainedKey("b"), encodeRetainedRef(2)) // pending 2 is not stored
+	if err := db.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	h := initTestHook(t, db)
+	got, err := h.StoredRetainedMessages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].TopicName != "a" || string(got[0].Payload) != "a3" || h.Skipped() != 1 {
+		t.Fatalf("retained: %+v, %d skipped; want a=a3 alone, b's reference skipped", got, h.Skipped())
+	}
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := ns.Get(idxRetained, retainedKey("b")); err == nil {
+		t.Errorf("the reference to a publish not stored is still stored: %q", v)
 	}
 }

@@ -109,6 +109,31 @@ func decodeKeyList(v []byte) ([][]byte, error) {
 	return keys, nil
 }
 
+// retRefFormat is the first byte of a retained record that stands for a
+// pending publish's message (encodeRetainedRef): OnPublish writes it in the
+// commit of the pending record of a retained QoS 1 or 2 PUBLISH, so that
+// the message is retained in the same commit that makes it published
+// again after a crash; OnRetainMessage replaces it with the message, and
+// load resolves one a crash left (resolveRetainedRefs).
+const retRefFormat = 0x02
+
+// retRefLen is the length of a retained reference: retRefFormat and the
+// pending publish's sequence (8 bytes, big endian).
+const retRefLen = 9
+
+func encodeRetainedRef(seq uint64) []byte {
+	return binary.BigEndian.AppendUint64([]byte{retRefFormat}, seq)
+}
+
+// decodeRetainedRef returns the sequence of the pending publish a retained
+// record stands for, if it is a reference.
+func decodeRetainedRef(v []byte) (uint64, bool) {
+	if len(v) != retRefLen || v[0] != retRefFormat {
+		return 0, false
+	}
+	return binary.BigEndian.Uint64(v[1:]), true
+}
+
 // errMalformed marks a stored record the hook cannot use.
 var errMalformed = errors.New("kdbmqtt: malformed record")
 

@@ -2,9 +2,11 @@ package kdbmqtt
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/vfs"
@@ -118,6 +120,126 @@ func TestHook_RetainedStoresTheServersLastState(t *testing.T) {
 			}
 			if got != tc.want {
 				t.Errorf("the store retains %q, the server %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// retainedPublish is a retained QoS 1 PUBLISH of payload to topic, as
+// mochi hands it to OnPublish.
+func retainedPublish(topic, payload string, pid uint16) packets.Packet {
+	var p []byte
+	if payload != "" {
+		p = []byte(payload)
+	}
+	return packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true},
+		TopicName: topic, Payload: p, PacketID: pid, Origin: "pub", Created: time.Now().Unix()}
+}
+
+// A retained QoS 1 publish is stored in two events: OnPublish (its pending
+// record, which the restart publishes again) and OnRetainMessage (its
+// retained copy), and its PUBACK waits for both. A power loss between the
+// two commits left a message that was published again after the restart
+// but not retained (or, for a clear, a retained message its clear was
+// published again over). The pending record's commit now retains the
+// message too (a reference to the pending record, resolved at load): the
+// image has it both published again and retained, as an unacknowledged
+// publish must be, wholly or not at all.
+func TestHook_RetainedPublishCrashBeforeItsRetainEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		payload string // "" clears the retained message
+	}{
+		{"set", "new"},
+		{"clear", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fs := vfs.NewCrashableMem()
+			db, err := kdb.Open("/db", &kdb.Options{FS: fs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db.Close()
+			ns, err := db.Namespace(Namespace)
+			if err != nil {
+				t.Fatal(err)
+			}
+			old := storage.Message{T: storage.RetainedKey, Client: "earlier", Origin: "earlier", TopicName: "r/1", Payload: []byte("old"),
+				FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}}
+			if err := ns.Update(func(tx *kdb.Txn) error { return tx.Put(idxRetained, retainedKey("r/1"), encodeMessage(&old)) }); err != nil {
+				t.Fatal(err)
+			}
+			h := initTestHook(t, db)
+			cl := h.srv.NewClient(nil, "test", "pub", false)
+			pk := retainedPublish("r/1", tc.payload, 1)
+			pkx, err := h.OnPublish(cl, pk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// The pending record's commit is durable; mochi has not yet
+			// retained the message (nor called OnRetainMessage).
+			h.mu.Lock()
+			c := h.mu.last["pub"].c
+			h.mu.Unlock()
+			if c == nil {
+				t.Fatal("OnPublish wrote nothing for the PUBACK to wait for")
+			}
+			if err := c.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			img := fs.CrashClone(vfs.CrashOptions{})
+
+			// The rest of mochi's events on the running hook: the retained
+			// record ends as the message itself.
+			h.srv.Topics.RetainMessage(pk.Copy(false))
+			h.OnRetainMessage(cl, pkx, 1)
+			h.OnPublished(cl, pkx)
+			if err := h.Stop(); err != nil {
+				t.Fatal(err)
+			}
+			v, err := ns.Get(idxRetained, retainedKey("r/1"))
+			switch {
+			case tc.payload == "" && !errors.Is(err, kdb.ErrNotFound):
+				t.Errorf("after the clear's events the store retains %q (%v)", v, err)
+			case tc.payload != "" && err != nil:
+				t.Fatal(err)
+			case tc.payload != "":
+				if m, err := decodeMessage(v, "retained"); err != nil || string(m.Payload) != tc.payload {
+					t.Errorf("after the publish's events the retained record is %q (%v), want the message %q", v, err, tc.payload)
+				}
+			}
+
+			// The power-loss image, restarted.
+			db2, err := kdb.Open("/db", &kdb.Options{FS: img})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer db2.Close()
+			h2 := initTestHook(t, db2)
+			defer h2.Stop()
+			if len(h2.replay) != 1 || h2.replay[0].msg.TopicName != "r/1" || string(h2.replay[0].msg.Payload) != tc.payload {
+				t.Fatalf("published again after the restart: %+v; want the retained publish of %q", h2.replay, tc.payload)
+			}
+			ret, err := h2.StoredRetainedMessages()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, m := range ret {
+				got = append(got, m.TopicName+"="+string(m.Payload))
+			}
+			want := []string{"r/1=" + tc.payload}
+			if tc.payload == "" {
+				want = nil
+			}
+			if fmt.Sprint(got) != fmt.Sprint(want) || h2.Skipped() != 0 {
+				t.Errorf("the message is published again after the restart, and retained: %q (%d records skipped); want %q", got, h2.Skipped(), want)
+			}
+			if tc.payload != "" && (!ret[0].FixedHeader.Retain || ret[0].T != storage.RetainedKey || ret[0].Client != "pub") {
+				t.Errorf("retained message loaded: %+v; want a retained record of pub's", ret[0])
 			}
 		})
 	}
