@@ -38,7 +38,15 @@ var ErrNoKahaDB = errors.New("peers: KahaDB needs java, javac and the ActiveMQ 5
 var kaha struct {
 	once sync.Once
 	cp   string // the classpath: the compiled harness, then the jars
+	out  string // the compiled harness's temporary directory
 	err  error
+}
+
+// RemoveKahaBuild removes the compiled harness, if it was built.
+func RemoveKahaBuild() {
+	if kaha.out != "" {
+		os.RemoveAll(kaha.out)
+	}
 }
 
 // kahaClasspath compiles KahaPairs (once per process, into a temporary
@@ -70,6 +78,7 @@ func kahaClasspath() (string, error) {
 			kaha.err = err
 			return
 		}
+		kaha.out = out
 		jars := strings.Join(cp, string(os.PathListSeparator))
 		cmd := exec.Command("javac", "-nowarn", "-cp", jars, "-d", out, src)
 		if msg, err := cmd.CombinedOutput(); err != nil {

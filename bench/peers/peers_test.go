@@ -33,7 +33,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv("PEERS_CRASH_CHILD"); spec != "" {
 		os.Exit(crashChild(spec))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	RemoveKahaBuild()
+	os.Exit(code)
 }
 
 func crashChild(spec string) int {
