@@ -107,6 +107,11 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	// DIR is marked as the demo's before its store is built (copyDir takes
+	// the mark to DIR-scan): the next demo deletes only marked stores.
+	if err := markDemoDir(dir); err != nil {
+		return fail("", err, exitIO)
+	}
 	say("kdb demo: building a %d MiB store in %s with 4 writers, then SIGKILLing the writing process", *sizeMiB, dir)
 	kill, err := runAndKill(dir, *sizeMiB, *seed, stderr, say)
 	if err != nil {
@@ -375,10 +380,23 @@ func copyFile(src, dst string) error {
 	return out.Close()
 }
 
+// demoMark is the file the demo puts in the directories of its stores: it
+// deletes a directory that holds a store only if it holds this file too.
+const demoMark = "KDBTOOL-DEMO"
+
+// markDemoDir creates dir (which the demo just removed) with its mark.
+func markDemoDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o750); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, demoMark), []byte("This store was built by kdbtool demo, which deletes and rebuilds this directory.\n"), 0o600)
+}
+
 // demoRemovable refuses a directory the demo would delete (it starts from
 // an empty DIR and DIR-scan) unless it is absent, empty, or holds nothing
-// but a store's files (an earlier demo's): "kdbtool demo ~" must not
-// delete a home directory.
+// but an earlier demo's store (a store's files and the demo's mark):
+// "kdbtool demo ~" must not delete a home directory, nor "kdbtool demo
+// /var/lib/broker/store" a store the demo did not build.
 func demoRemovable(dir string) error {
 	st, err := os.Lstat(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -394,10 +412,18 @@ func demoRemovable(dir string) error {
 	if err != nil {
 		return err
 	}
+	marked := false
 	for _, e := range ents {
+		if e.Name() == demoMark && e.Type().IsRegular() {
+			marked = true
+			continue
+		}
 		if !storeFileName(e.Name()) || !e.Type().IsRegular() {
 			return fmt.Errorf("%s holds %s, which is not a store's file: name a new directory (the demo deletes and rebuilds it)", dir, e.Name())
 		}
+	}
+	if len(ents) > 0 && !marked {
+		return fmt.Errorf("%s holds a store that kdbtool demo did not build (it has no %s file): name a new directory (the demo deletes and rebuilds it), or delete that store yourself if it is an earlier demo's", dir, demoMark)
 	}
 	return nil
 }

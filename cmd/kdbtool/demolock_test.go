@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,6 +27,10 @@ func TestDemo_RefusesALiveStore(t *testing.T) {
 			if err := copyDir(src, live); err != nil {
 				t.Fatal(err)
 			}
+			// An earlier demo's store, as demo marks the ones it builds.
+			if err := os.WriteFile(filepath.Join(live, demoMark), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
 			db, err := kdb.Open(live, &kdb.Options{SegmentSize: testSegmentSize, CheckpointInterval: -1})
 			if err != nil {
 				t.Fatal(err)
@@ -46,4 +51,42 @@ func TestDemo_RefusesALiveStore(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestDemo_RefusesAStoreItDidNotBuild: demo deletes and rebuilds DIR, so a
+// store it did not build (no KDBTOOL-DEMO file: an application's store,
+// closed) is refused with exit 2 and left as it was, DIR or DIR-scan; a
+// directory an earlier demo built is rebuilt.
+func TestDemo_RefusesAStoreItDidNotBuild(t *testing.T) {
+	t.Parallel()
+	for _, side := range []string{"", "-scan"} {
+		t.Run("DIR"+side, func(t *testing.T) {
+			t.Parallel()
+			dir := filepath.Join(t.TempDir(), "store")
+			if err := copyDir(makeStore(t, 300), dir+side); err != nil {
+				t.Fatal(err)
+			}
+			before := fileStates(t, dir+side)
+			code, _, stderr := runChildTimeout(t, 2*time.Minute, "demo", "-size-mib", "1", dir)
+			if code != exitUsage || !strings.Contains(stderr, "kdbtool demo did not build") || !strings.Contains(stderr, dir+side) {
+				t.Errorf("demo over a store it did not build: exit %d, stderr %q; want exit %d naming %s", code, stderr, exitUsage, dir+side)
+			}
+			requireUntouched(t, "demo", before, fileStates(t, dir+side))
+		})
+	}
+	t.Run("earlier demo", func(t *testing.T) {
+		t.Parallel()
+		dir := filepath.Join(t.TempDir(), "demo")
+		for i := range 2 {
+			code, stdout, stderr := runChildTimeout(t, 2*time.Minute, "demo", "-size-mib", "1", dir)
+			if code != 0 || !strings.Contains(stdout, "missing: 0") {
+				t.Fatalf("demo run %d into %s: exit %d, stdout %q, stderr %q", i+1, dir, code, stdout, stderr)
+			}
+			for _, d := range []string{dir, dir + "-scan"} {
+				if _, err := os.Stat(filepath.Join(d, demoMark)); err != nil {
+					t.Fatalf("after demo run %d: %v", i+1, err)
+				}
+			}
+		}
+	})
 }

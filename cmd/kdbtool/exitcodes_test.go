@@ -365,7 +365,7 @@ func TestJSON_ErrorBeforeReport(t *testing.T) {
 		{[]string{"demo", "--json", home}, exitUsage, "not a store's file", false, false},
 		{[]string{"demo", "--json", "--size-mib", "0", none()}, exitUsage, "--size-mib 0", false, false},
 		{[]string{"demo", "--json", none(), none()}, exitUsage, "want at most one DIR", false, false},
-		{[]string{"demo", "--json", live}, exitIO, "store is locked", false, false},
+		{[]string{"demo", "--json", live}, exitUsage, "kdbtool demo did not build", false, false},
 		// stress
 		{[]string{"stress", "--json", "--count", "3", dirData}, exitProblems, "db.data is a directory", true, true},
 		{[]string{"stress", "--json", "--count", "3", live}, exitIO, "store is locked", false, true},
