@@ -265,6 +265,9 @@ m export-into-the-store cmd/kdbtool/export.go \
 m import-into-a-store export.go \
   'if store != "" {' 'if store != "" && false {' \
   '.' "kdb.Import builds a store inside another store's directory (kdbtool import SNAP store/sub exits 0): a second store copied, moved and deleted with the first"
+m demo-deletes-any-store cmd/kdbtool/demo.go \
+  'if len(ents) > 0 && !marked {' 'if len(ents) > 0 && !marked && false {' \
+  './cmd/kdbtool' "kdbtool demo deletes and rebuilds a store it did not build (kdbtool demo /var/lib/broker/store, the application closed): exit 0, the store gone"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
