@@ -7,7 +7,8 @@
 //
 //	meta    "applied": the index of the last raft entry applied (8 bytes
 //	        big-endian), written in the same transaction as the entry's
-//	        effect; "gen": the generation of the data tree.
+//	        effect; "gen": the generation of the data tree; "maxput": the
+//	        cluster's MaxPutSize (8 bytes big-endian; see "Sizes").
 //	d<gen>  the data: key -> value, as the clients put them.
 //
 // Because the applied index commits atomically with the data, the FSM's
@@ -40,22 +41,59 @@
 // "applied" in one synced write, then drops the old generation: a crash
 // part-way leaves the old state, and Open drops a half-copied generation.
 //
-// # Sizes: every node's store needs the same SegmentSize
+// # Sizes: the cluster's MaxPutSize
 //
-// A put goes into one kdb batch, so the largest a store takes depends on
-// its Options.SegmentSize (db.MaxBatchSize, a quarter of it, at most
-// 16 MiB): a larger put is answered with kdb.ErrInvalid and applied as
-// nothing. That answer is the store's, not the log's: a node whose store
-// has smaller segments than the leader's refuses a put the leader applied,
-// and the replicas differ from then on. Open every node's store with the
-// same SegmentSize (the example does: kdb's default, 32 MiB, takes puts of
-// nearly 8 MiB; it allows values up to 1 MiB). Restore checks every value
-// of the snapshot against the same bound before it writes anything: a
-// snapshot holding a value this store could not have applied is refused
-// whole (kdb.ErrInvalid, naming the key and the sizes) and the FSM keeps
-// its state; any other snapshot restores, whatever the leader's segment
-// size, since Restore never packs more into one batch than one put or half
-// a batch.
+// Whether ApplyBatch applies a put is decided by the entry and one setting
+// of the cluster, never by the node's store: a put whose key and value
+// together are over MaxPutSize (Options.MaxPutSize; DefaultMaxPutSize, 8
+// MiB less 96 bytes, if unset) is answered with kdb.ErrInvalid and applied
+// as nothing, on every node alike. (It was the store's answer: a put over
+// one kdb batch, db.MaxBatchSize, a quarter of the store's SegmentSize, was
+// refused, so a node whose store had smaller segments than the leader's
+// refused a put the leader applied, and the replicas differed from then
+// on.)
+//
+// The limit is part of the FSM's state, in meta ("maxput"), and so in
+// every snapshot:
+//
+//   - Open records it at the first open. It refuses (kdb.ErrInvalid, naming
+//     both figures, before it writes anything) a store whose batches cannot
+//     hold a put of MaxPutSize: the default fits a store with kdb's default
+//     SegmentSize (32 MiB) or larger; a store with smaller segments needs a
+//     smaller MaxPutSize, given to every node. A node that would refuse
+//     puts the others apply does not start.
+//   - Open refuses an Options.MaxPutSize other than the recorded one: a node
+//     that changed the limit alone would apply the log differently from the
+//     others, and there is no entry that changes it on every node at one
+//     index. Left unset, the recorded one is used.
+//   - A store an older kvfsm wrote (no limit recorded) gets
+//     Options.MaxPutSize, or the default. On a store with kdb's default
+//     SegmentSize the default is exactly the bound its ApplyBatch used, so
+//     it answers every entry as before, beside nodes not yet upgraded too;
+//     a store with smaller segments must be given a MaxPutSize it holds
+//     (Open says which).
+//   - Restore adopts the snapshot's limit with its state: the node the
+//     snapshot came from applies the entries after it under that limit, and
+//     now so does this one. A store whose batches cannot hold a put of the
+//     snapshot's limit refuses the snapshot (kdb.ErrInvalid, naming both
+//     figures) before it writes anything, as Open would refuse it. A
+//     snapshot without a limit (an older kvfsm's) leaves the FSM's own. A
+//     node that adopted another limit than its Options.MaxPutSize is
+//     refused at its next Open until its option is changed or unset: its
+//     configuration disagrees with the cluster's.
+//
+// Restore also checks every value of the snapshot against this store's
+// batch before it writes anything (an older kvfsm's leader, with larger
+// segments, may have applied larger ones): a snapshot holding a value this
+// store could not have applied is refused whole (kdb.ErrInvalid, naming the
+// key and the sizes) and the FSM keeps its state; any other snapshot
+// restores, whatever the leader's segment size, since Restore never packs
+// more into one batch than one put or half a batch.
+//
+// Nodes first opened with different MaxPutSize options still apply by
+// different limits until one restores the other's snapshot: an FSM sees
+// no other node's setting before that. Give every node the same option
+// (or none).
 package kvfsm
 
 import (
@@ -87,7 +125,37 @@ var (
 	keyApplied = []byte("applied")
 	keyGen     = []byte("gen")
 	keySync    = []byte("sync")
+	keyMaxPut  = []byte("maxput")
 )
+
+// DefaultMaxPutSize is the MaxPutSize of an FSM whose store has none
+// recorded and whose Options leave it unset: 8 MiB less 96 bytes, the
+// largest put (key and value) that one kdb batch of a store with kdb's
+// default SegmentSize (32 MiB) takes, and so exactly what ApplyBatch
+// accepted on such a store before the limit was recorded.
+const DefaultMaxPutSize = 8<<20 - putOverhead
+
+// Options configures an FSM. The zero value is valid.
+type Options struct {
+	// MaxPutSize is the largest put ApplyBatch applies, counted as the
+	// length of its key plus that of its value; a larger one is answered
+	// with kdb.ErrInvalid and applied as nothing, on every node alike. It
+	// is a setting of the cluster, not of a node: Open records it in the
+	// FSM's meta at the first open, a snapshot carries it, and Open
+	// refuses a store that cannot hold a put of this size or that recorded
+	// another (see "Sizes" in the package doc). 1 to kdb.MaxValueSize.
+	// Default: the one recorded in the store, or for a store without one,
+	// DefaultMaxPutSize.
+	MaxPutSize int
+}
+
+func (o Options) validate() error {
+	if o.MaxPutSize < 0 || o.MaxPutSize > kdb.MaxValueSize {
+		return fmt.Errorf("kvfsm: Options.MaxPutSize %d: want 1 to %d (kdb.MaxValueSize), or 0 for the default: %w",
+			o.MaxPutSize, kdb.MaxValueSize, kdb.ErrInvalid)
+	}
+	return nil
+}
 
 // ErrBadCommand is the response to an entry that is not a command.
 var ErrBadCommand = errors.New("kvfsm: bad command")
@@ -141,8 +209,9 @@ type FSM struct {
 	ns  *kdb.Namespace
 	log raft.LogStore // raft's log, to check a gap before the next entry; nil: every gap is a hole
 
-	mu      sync.RWMutex // Restore's switch of generation against reads
+	mu      sync.RWMutex // Restore's switch of generation (and limit) against reads
 	gen     uint64
+	maxPut  int // the cluster's MaxPutSize, as recorded in meta; guarded by mu
 	applied atomic.Uint64
 	floor   atomic.Uint64 // the index of the snapshot CatchUp found; entries up to it are covered
 	// snaps is raft's snapshot store (CatchUp or UseSnapshots, before
@@ -165,22 +234,49 @@ func dataIndex(gen uint64) string { return "d" + strconv.FormatUint(gen, 10) }
 // entries) from a hole. With a nil log (an FSM used without raft) every gap
 // is a hole.
 //
+// The FSM's MaxPutSize is the one recorded in the store. A store without
+// one (a new store, or one written before the limit was recorded) records
+// opts.MaxPutSize, or DefaultMaxPutSize if that is unset. Open refuses,
+// with an error wrapping kdb.ErrInvalid and before it writes anything, an
+// opts.MaxPutSize other than the recorded one (a node cannot change the
+// cluster's limit alone: it would apply the same log differently from the
+// others), and a store whose batches cannot hold a put of MaxPutSize (its
+// SegmentSize too small): that node would refuse puts the others apply.
+//
 // A node that runs raft with Config.NoSnapshotRestoreOnStart must call
 // CatchUp before raft.NewRaft.
-func Open(db *kdb.DB, log raft.LogStore) (*FSM, error) {
+func Open(db *kdb.DB, log raft.LogStore, opts Options) (*FSM, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
 	ns, err := db.Namespace(Namespace)
 	if err != nil {
 		return nil, err
 	}
 	f := &FSM{db: db, ns: ns, log: log}
-	if err := os.RemoveAll(restoreDir(db)); err != nil {
-		return nil, fmt.Errorf("kvfsm: removing what an interrupted Restore left: %w", err)
-	}
-	applied, gen, err := readMeta(ns)
+	applied, gen, recorded, err := readMeta(ns)
 	if err != nil {
 		return nil, err
 	}
+	limit, from := recorded, "recorded in the store"
+	switch {
+	case recorded == 0 && opts.MaxPutSize == 0:
+		limit, from = DefaultMaxPutSize, "the default"
+	case recorded == 0:
+		limit, from = opts.MaxPutSize, "Options.MaxPutSize"
+	case opts.MaxPutSize != 0 && opts.MaxPutSize != recorded:
+		return nil, fmt.Errorf("kvfsm: Options.MaxPutSize %d differs from the MaxPutSize %d recorded in the store (at its first open, "+
+			"or from the last snapshot it restored): the limit is the cluster's and a node cannot change it alone; "+
+			"leave MaxPutSize unset to use the recorded one: %w", opts.MaxPutSize, recorded, kdb.ErrInvalid)
+	}
+	if err := fits(db, limit, from); err != nil {
+		return nil, err
+	}
+	if err := os.RemoveAll(restoreDir(db)); err != nil {
+		return nil, fmt.Errorf("kvfsm: removing what an interrupted Restore left: %w", err)
+	}
 	f.gen = gen
+	f.maxPut = limit
 	f.applied.Store(applied)
 	var stray []string
 	err = ns.View(func(s *kdb.Snapshot) error {
@@ -198,16 +294,33 @@ func Open(db *kdb.DB, log raft.LogStore) (*FSM, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(stray) > 0 {
+	if len(stray) > 0 || recorded == 0 {
 		b := ns.NewBatch()
 		for _, n := range stray {
 			b.DropIndex(n)
+		}
+		if recorded == 0 {
+			b.Put(metaIndex, keyMaxPut, u64(uint64(limit)))
 		}
 		if err := db.Write(b); err != nil {
 			return nil, err
 		}
 	}
 	return f, nil
+}
+
+// fits returns an error wrapping kdb.ErrInvalid unless one kdb batch of db
+// takes a put of limit bytes (key and value); from says where the limit
+// came from.
+func fits(db *kdb.DB, limit int, from string) error {
+	maxBatch := db.MaxBatchSize()
+	if n := batchCost(limit); n > maxBatch {
+		return fmt.Errorf("kvfsm: MaxPutSize %d (%s): a put of that size takes %d bytes of a kdb batch, over what one batch of this store takes "+
+			"(%d, a quarter of its SegmentSize): this node would refuse puts the others apply; open its store with SegmentSize at least %d, "+
+			"or give the whole cluster a MaxPutSize of at most %d: %w",
+			limit, from, n, maxBatch, 4*n, maxBatch-putOverhead, kdb.ErrInvalid)
+	}
+	return nil
 }
 
 // restoreDir is the directory, beside db's, where Restore imports a
@@ -219,16 +332,34 @@ func restoreDir(db *kdb.DB) string {
 	return filepath.Join(filepath.Dir(db.Dir()), filepath.Base(db.Dir())+".restore")
 }
 
-func readMeta(ns *kdb.Namespace) (applied, gen uint64, err error) {
+// readMeta returns the FSM's meta; maxPut is 0 when none is recorded (a
+// store, or a snapshot, written before the limit was).
+func readMeta(ns *kdb.Namespace) (applied, gen uint64, maxPut int, err error) {
 	err = ns.View(func(s *kdb.Snapshot) error {
 		var err error
 		if applied, err = getU64(s, keyApplied); err != nil {
 			return err
 		}
-		gen, err = getU64(s, keyGen)
-		return err
+		if gen, err = getU64(s, keyGen); err != nil {
+			return err
+		}
+		v, err := s.Get(metaIndex, keyMaxPut)
+		switch {
+		case errors.Is(err, kdb.ErrNotFound):
+			return nil
+		case err != nil:
+			return err
+		case len(v) != 8:
+			return fmt.Errorf("%w: kvfsm meta %q holds %d bytes", kdb.ErrCorrupt, keyMaxPut, len(v))
+		}
+		n := binary.BigEndian.Uint64(v)
+		if n == 0 || n > kdb.MaxValueSize {
+			return fmt.Errorf("%w: kvfsm meta %q holds %d, want 1 to %d", kdb.ErrCorrupt, keyMaxPut, n, kdb.MaxValueSize)
+		}
+		maxPut = int(n)
+		return nil
 	})
-	return applied, gen, err
+	return applied, gen, maxPut, err
 }
 
 func getU64(s *kdb.Snapshot, key []byte) (uint64, error) {
@@ -253,11 +384,15 @@ func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 // kdb.DB.MaxBatchSize).
 const putOverhead = 96
 
-// putCost is the size ApplyBatch and Restore count for a put of key and
-// value. A put whose cost is over db.MaxBatchSize fits no kdb batch of the
-// store: ApplyBatch answers it with kdb.ErrInvalid and Restore refuses a
-// snapshot that holds one.
-func putCost(key, value []byte) int { return len(key) + len(value) + putOverhead }
+// batchCost is the size Open, ApplyBatch and Restore count for a put whose
+// key and value together are n bytes. A put whose cost is over
+// db.MaxBatchSize fits no kdb batch of the store: Open refuses a store
+// where a put of MaxPutSize costs more, and Restore a snapshot that holds
+// one or whose MaxPutSize does.
+func batchCost(n int) int { return n + putOverhead }
+
+// putCost is batchCost of a put of key and value.
+func putCost(key, value []byte) int { return batchCost(len(key) + len(value)) }
 
 // keyText renders a key for an error message: quoted, and cut after 64
 // bytes (a key may be up to kdb.MaxKeySize bytes of anything).
@@ -273,6 +408,14 @@ func (f *FSM) Applied() uint64 { return f.applied.Load() }
 
 // Restores returns how many snapshots this FSM restored since Open.
 func (f *FSM) Restores() uint64 { return f.restores.Load() }
+
+// MaxPutSize returns the largest put (key and value) ApplyBatch applies:
+// the cluster's limit, as recorded in the store (see Options.MaxPutSize).
+func (f *FSM) MaxPutSize() int {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.maxPut
+}
 
 // Get returns the value of key, or kdb.ErrNotFound.
 func (f *FSM) Get(key []byte) ([]byte, error) {
@@ -371,9 +514,11 @@ func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 // the value size the service allows), in transactions committed in order,
 // each with the applied index of its last entry, so that a crash leaves a
 // prefix with its applied index. The response of each command is nil or
-// its error; a put too large for any kdb batch of this store (on a store
-// with a small Options.SegmentSize) is answered with an error wrapping
-// kdb.ErrInvalid and applied as nothing, like a bad command. Entries at or
+// its error; a put over MaxPutSize (key and value) is answered with an
+// error wrapping kdb.ErrInvalid and applied as nothing, like a bad
+// command: a decision of the entry and the cluster's limit alone, the same
+// on every node (Open made sure this store's batches hold a put of
+// MaxPutSize). Entries at or
 // below the applied index are skipped. It panics (raft has no other way to
 // be told, and the node must stop) if the first entry above the applied
 // index leaves a hole after it (see FSM), or if the store fails.
@@ -392,7 +537,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		break
 	}
 	f.mu.RLock()
-	data := dataIndex(f.gen)
+	data, maxPut := dataIndex(f.gen), f.maxPut
 	f.mu.RUnlock()
 	// Decode the commands and cut the entries into chunks of at most half
 	// a kdb batch (an estimate with room: a value kept in the journal
@@ -406,8 +551,7 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		cmds []cmd
 		last uint64 // the applied index once the chunk commits
 	}
-	maxBatch := f.db.MaxBatchSize()
-	limit := maxBatch / 2
+	limit := f.db.MaxBatchSize() / 2
 	var chunks []chunk
 	var cur chunk
 	size := 0
@@ -424,9 +568,9 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 			switch {
 			case err != nil:
 				resp[i] = err
-			case putCost(key, value) > maxBatch:
-				resp[i] = fmt.Errorf("kvfsm: entry %d: put of %d bytes, over what one kdb batch of this store takes (%d): nothing applied: %w",
-					l.Index, len(key)+len(value), maxBatch, kdb.ErrInvalid)
+			case len(key)+len(value) > maxPut:
+				resp[i] = fmt.Errorf("kvfsm: entry %d: put of %d bytes (key and value), over the cluster's MaxPutSize (%d): nothing applied: %w",
+					l.Index, len(key)+len(value), maxPut, kdb.ErrInvalid)
 			default:
 				c, n = cmd{i: i, op: op, key: key, value: value}, putCost(key, value)
 			}
@@ -508,8 +652,13 @@ func (snapshot) Release() {}
 // Restore replaces the FSM's state with the snapshot's. It imports the
 // snapshot into a scratch store in DIR.restore, beside db's directory DIR,
 // and removes that directory when it returns (Open removes it after a
-// crash). A snapshot that does not import (damaged: kdb.ErrCorrupt) or that
-// holds a value over what one kdb batch of this store takes (kdb.ErrInvalid,
+// crash). The FSM adopts the snapshot's MaxPutSize (the cluster's limit,
+// recorded by the node it came from), recording it with the new state; a
+// snapshot without one (from a node that predates the limit) leaves this
+// FSM's. A snapshot that does not import (damaged: kdb.ErrCorrupt), whose
+// MaxPutSize this store's batches cannot hold (kdb.ErrInvalid, naming both
+// figures, as Open would refuse the store with that limit) or that holds a
+// value over what one kdb batch of this store takes (kdb.ErrInvalid,
 // naming the key and the sizes; see "Sizes" in the package doc) is refused
 // before anything of the FSM's state is written. On return (nil) the new
 // state is durable.
@@ -533,14 +682,24 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err != nil {
 		return err
 	}
-	applied, srcGen, err := readMeta(sns)
+	applied, srcGen, srcMaxPut, err := readMeta(sns)
 	if err != nil {
 		return fmt.Errorf("kvfsm: the snapshot's FSM state: %w", err)
 	}
+	// The snapshot's MaxPutSize is the cluster's: this FSM adopts it, so
+	// that it applies the entries after the snapshot as the node it came
+	// from does. A store that cannot hold a put of that size refuses the
+	// snapshot, as Open would refuse it with that limit.
+	if srcMaxPut != 0 {
+		if err := fits(f.db, srcMaxPut, "the snapshot's"); err != nil {
+			return fmt.Errorf("kvfsm: snapshot at applied index %d: nothing restored: %w", applied, err)
+		}
+	}
 	// Every value must fit a kdb batch of this store before anything is
 	// written: a store that could not have applied a put of the leader's
-	// log (opened with a smaller SegmentSize than the leader's) refuses
-	// the snapshot whole, naming the key, and keeps its state.
+	// log (a snapshot from a leader whose store had larger batches and no
+	// recorded limit, or whose values predate it) refuses the snapshot
+	// whole, naming the key, and keeps its state.
 	maxBatch := f.db.MaxBatchSize()
 	err = sns.View(func(s *kdb.Snapshot) error {
 		it := s.Iter(dataIndex(srcGen))
@@ -593,12 +752,18 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	b = f.ns.NewBatch()
 	b.Put(metaIndex, keyGen, u64(gen))
 	b.Put(metaIndex, keyApplied, u64(applied))
+	if srcMaxPut != 0 {
+		b.Put(metaIndex, keyMaxPut, u64(uint64(srcMaxPut)))
+	}
 	b.DropIndex(dataIndex(old))
 	f.mu.Lock()
 	err = f.db.Write(b)
 	if err == nil {
 		f.gen = gen
 		f.applied.Store(applied)
+		if srcMaxPut != 0 {
+			f.maxPut = srcMaxPut
+		}
 	}
 	f.mu.Unlock()
 	if err != nil {

@@ -42,7 +42,7 @@ func open(t *testing.T, dir string) (*kdb.DB, *FSM) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := Open(db, nil)
+	f, err := Open(db, nil, Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,7 +50,7 @@ func restoreChild(dir, snaps string) {
 	if err != nil {
 		fail(err)
 	}
-	f, err := Open(db, nil)
+	f, err := Open(db, nil, Options{})
 	if err != nil {
 		fail(err)
 	}

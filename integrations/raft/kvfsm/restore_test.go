@@ -49,16 +49,45 @@ func indexes(t *testing.T, db *kdb.DB) []string {
 	return names
 }
 
+// setMeta sets the FSM meta key in db to v, or deletes it if v is nil,
+// behind the FSM's back: a store, or a snapshot, as an older kvfsm (which
+// recorded no MaxPutSize) or damage left it.
+func setMeta(t *testing.T, db *kdb.DB, key string, v []byte) {
+	t.Helper()
+	ns, err := db.Namespace(Namespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := ns.NewBatch()
+	if v == nil {
+		b.Delete(metaIndex, []byte(key))
+	} else {
+		b.Put(metaIndex, []byte(key), v)
+	}
+	if err := db.Write(b); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestFSM_RestoreValueOverFollowersBatch: a leader on a default store
-// (kdb batches of 8 MiB) applies a put of 300 KiB; a follower whose store
-// has 1 MiB segments (batches of 256 KiB) could not have applied it, and
-// cannot restore the leader's snapshot. Restore must refuse it with
-// kdb.ErrInvalid naming the key and the sizes, before it writes anything:
-// the follower's data, applied index and trees are as they were (it left a
-// half-copied generation, and said only "value record of 307200 bytes (max
-// 262144): split the batch"). A snapshot of the same leader whose values
-// each fit the follower's batch (200 KiB each, 8 MiB in all, more than any
-// one batch of the follower) restores.
+// (kdb batches of 8 MiB, the default MaxPutSize) applies a put of 300 KiB;
+// a follower whose store has 1 MiB segments (batches of 256 KiB), opened
+// with a MaxPutSize of 250 KiB, is not of that cluster. Every Restore it
+// refuses must be refused with kdb.ErrInvalid before anything is written:
+// its data, applied index, limit and trees are as they were.
+//
+// The leader's snapshots carry its MaxPutSize, which the follower's
+// batches cannot hold: refused, naming both figures, even the one whose
+// values each fit (adopting the limit would make the follower refuse the
+// leader's next 300 KiB put; keeping its own would make it refuse it too).
+//
+// Snapshots of a leader that recorded no limit (an older kvfsm): Restore
+// checks each value against the follower's batch. One holding the 300 KiB
+// value is refused naming the key and the sizes (it left a half-copied
+// generation, and said only "value record of 307200 bytes (max 262144):
+// split the batch"); one whose values each fit (200 KiB each, 8 MiB in
+// all, more than any one batch of the follower) restores, and the follower
+// keeps its MaxPutSize.
 func TestFSM_RestoreValueOverFollowersBatch(t *testing.T) {
 	ldb, leader := open(t, filepath.Join(t.TempDir(), "leader"))
 	defer ldb.Close()
@@ -74,49 +103,70 @@ func TestFSM_RestoreValueOverFollowersBatch(t *testing.T) {
 		}
 	}
 	fitting := snapshotBytes(t, leader)
+	setMeta(t, ldb, "maxput", nil)
+	fittingOld := snapshotBytes(t, leader)
+	setMeta(t, ldb, "maxput", u64(DefaultMaxPutSize))
 	if r := leader.Apply(&raft.Log{Index: 43, Term: 1, Type: raft.LogCommand,
 		Data: EncodePut([]byte("big"), make([]byte, 300<<10))}); r != nil {
 		t.Fatalf("leader's put of 300 KiB: %v", r)
 	}
 	tooBig := snapshotBytes(t, leader)
+	setMeta(t, ldb, "maxput", nil)
+	tooBigOld := snapshotBytes(t, leader)
 
 	fdb, err := kdb.Open(filepath.Join(t.TempDir(), "follower"), &kdb.Options{SegmentSize: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fdb.Close()
-	f, err := Open(fdb, nil)
+	f, err := Open(fdb, nil, Options{MaxPutSize: 250 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.ApplyBatch([]*raft.Log{put(1, "mine", "x")})
 	before := indexes(t, fdb)
 
-	err = f.Restore(io.NopCloser(bytes.NewReader(tooBig)))
-	if !errors.Is(err, kdb.ErrInvalid) {
-		t.Fatalf("restore of a snapshot holding a value over the follower's batch: %v, want kdb.ErrInvalid", err)
-	}
-	for _, want := range []string{`key "big"`, "307200 bytes", "(262144,"} {
-		if !strings.Contains(err.Error(), want) {
-			t.Errorf("restore's error %q does not say %s", err, want)
+	for _, tc := range []struct {
+		name string
+		snap []byte
+		says []string
+	}{
+		{"limit, values fit", fitting, []string{"MaxPutSize 8388512 (the snapshot's)", "(262144,", "at applied index 42"}},
+		{"limit, value too big", tooBig, []string{"MaxPutSize 8388512 (the snapshot's)", "(262144,", "at applied index 43"}},
+		{"no limit, value too big", tooBigOld, []string{`key "big"`, "307200 bytes", "(262144,"}},
+	} {
+		err = f.Restore(io.NopCloser(bytes.NewReader(tc.snap)))
+		if !errors.Is(err, kdb.ErrInvalid) {
+			t.Fatalf("%s: restore on the follower: %v, want kdb.ErrInvalid", tc.name, err)
+		}
+		for _, want := range tc.says {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("%s: restore's error %q does not say %s", tc.name, err, want)
+			}
+		}
+		if m, applied := contents(t, fdb); fmt.Sprint(m) != "map[mine:x]" || applied != 1 || f.Applied() != 1 || f.Restores() != 0 {
+			t.Errorf("%s: after the refused restore: %v applied %d/%d, restores %d", tc.name, m, applied, f.Applied(), f.Restores())
+		}
+		if f.MaxPutSize() != 250<<10 {
+			t.Errorf("%s: after the refused restore: MaxPutSize %d", tc.name, f.MaxPutSize())
+		}
+		if after := indexes(t, fdb); !slices.Equal(after, before) {
+			t.Errorf("%s: the refused restore left trees %v, had %v", tc.name, after, before)
+		}
+		if _, err := fdb.Check(); err != nil {
+			t.Fatal(err)
 		}
 	}
-	if m, applied := contents(t, fdb); fmt.Sprint(m) != "map[mine:x]" || applied != 1 || f.Applied() != 1 || f.Restores() != 0 {
-		t.Errorf("after the refused restore: %v applied %d/%d, restores %d", m, applied, f.Applied(), f.Restores())
-	}
-	if after := indexes(t, fdb); !slices.Equal(after, before) {
-		t.Errorf("the refused restore left trees %v, had %v", after, before)
-	}
-	if _, err := fdb.Check(); err != nil {
-		t.Fatal(err)
-	}
 
-	if err := f.Restore(io.NopCloser(bytes.NewReader(fitting))); err != nil {
-		t.Fatalf("restore of values that each fit the follower's batch: %v", err)
+	if err := f.Restore(io.NopCloser(bytes.NewReader(fittingOld))); err != nil {
+		t.Fatalf("restore of values that each fit the follower's batch, no limit recorded: %v", err)
 	}
 	m, applied := contents(t, fdb)
 	if len(m) != 42 || m["a"] != "1" || m["v17"] != string(bytes.Repeat([]byte{17}, 200<<10)) || applied != 42 {
 		t.Fatalf("after the restore: %d keys, applied %d", len(m), applied)
+	}
+	if f.MaxPutSize() != 250<<10 {
+		t.Fatalf("after restoring a snapshot without a limit: MaxPutSize %d, want the follower's own", f.MaxPutSize())
 	}
 }
 
@@ -137,7 +187,7 @@ func TestFSM_RestoreOnSmallStores(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer ldb.Close()
-			leader, err := Open(ldb, nil)
+			leader, err := Open(ldb, nil, Options{MaxPutSize: ldb.MaxBatchSize() - putOverhead})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -178,7 +228,7 @@ func TestFSM_RestoreOnSmallStores(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer fdb.Close()
-			f, err := Open(fdb, nil)
+			f, err := Open(fdb, nil, Options{MaxPutSize: fdb.MaxBatchSize() - putOverhead})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -254,6 +304,7 @@ func TestFSM_RestoreDamagedSnapshot(t *testing.T) {
 		{"length 8 MiB, cut", withLength(8<<20, marker), "the file ends here"},
 		{"applied of 7 bytes", badMeta("applied", make([]byte, 7)), `snapshot's FSM state: kdb: corrupt: kvfsm meta "applied" holds 7 bytes`},
 		{"gen of 9 bytes", badMeta("gen", make([]byte, 9)), `snapshot's FSM state: kdb: corrupt: kvfsm meta "gen" holds 9 bytes`},
+		{"maxput of 0", badMeta("maxput", u64(0)), `snapshot's FSM state: kdb: corrupt: kvfsm meta "maxput" holds 0, want 1 to 8388608`},
 	}
 	fdb, f := open(t, filepath.Join(t.TempDir(), "follower"))
 	defer fdb.Close()

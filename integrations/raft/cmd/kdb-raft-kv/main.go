@@ -175,7 +175,7 @@ func (n *node) boot(cfg nodeConfig) error {
 	default:
 		return fmt.Errorf("-store %q: kdb or boltdb", cfg.store)
 	}
-	if n.fsm, err = kvfsm.Open(db, logs); err != nil {
+	if n.fsm, err = kvfsm.Open(db, logs, kvfsm.Options{}); err != nil {
 		return err
 	}
 	logger := hclog.New(&hclog.LoggerOptions{Name: "raft-" + n.id, Level: hclog.LevelFromString(cfg.logLevel), Output: os.Stderr})
