@@ -40,6 +40,11 @@
 // its data into a new generation of the data tree and switches "gen" and
 // "applied" in one synced write, then drops the old generation: a crash
 // part-way leaves the old state, and Open drops a half-copied generation.
+// The scratch store lives in DIR.restore beside the store's directory DIR,
+// marked with a KVFSM-RESTORE file, and is removed when Restore returns or,
+// after a crash, at the next Open. A DIR.restore that is neither empty nor
+// marked (an operator's copy of the store, say) is never removed: Open and
+// Restore refuse (kdb.ErrInvalid), naming it.
 //
 // # Sizes: the cluster's MaxPutSize
 //

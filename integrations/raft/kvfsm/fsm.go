@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -176,7 +177,7 @@ func Open(db *kdb.DB, log raft.LogStore, opts Options) (*FSM, error) {
 	if err := fits(db, limit, from); err != nil {
 		return nil, err
 	}
-	if err := os.RemoveAll(restoreDir(db)); err != nil {
+	if err := removeRestoreDir(restoreDir(db)); err != nil {
 		return nil, fmt.Errorf("kvfsm: removing what an interrupted Restore left: %w", err)
 	}
 	f.gen = gen
@@ -234,6 +235,41 @@ func fits(db *kdb.DB, limit int, from string) error {
 // left there (up to a whole snapshot's copy).
 func restoreDir(db *kdb.DB) string {
 	return filepath.Join(filepath.Dir(db.Dir()), filepath.Base(db.Dir())+".restore")
+}
+
+// restoreMark is the file Restore puts in its directory (restoreDir)
+// before anything else: only a directory holding it (or an empty one) is
+// Restore's to remove. A directory of that name that is not (an operator's
+// copy beside the store, say) is left alone, and Open and Restore refuse
+// to go on.
+const restoreMark = "KVFSM-RESTORE"
+
+// removeRestoreDir removes dir, the directory of a Restore, unless it
+// exists and is not Restore's (not empty, and no restoreMark in it): then
+// it returns an error wrapping kdb.ErrInvalid.
+func removeRestoreDir(dir string) error {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%w (kvfsm's Restore uses that path: move it away)", err)
+	}
+	if len(ents) > 0 {
+		if st, err := os.Lstat(filepath.Join(dir, restoreMark)); err != nil || !st.Mode().IsRegular() {
+			return fmt.Errorf("kvfsm: %s exists and is not a directory Restore made (it has no %s file): Restore uses that path beside the store; move it away: %w",
+				dir, restoreMark, kdb.ErrInvalid)
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+// makeRestoreDir creates dir, the directory of a Restore, with its mark.
+func makeRestoreDir(dir string) error {
+	if err := os.Mkdir(dir, 0o750); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, restoreMark), []byte("kvfsm's Restore: removed when it returns, or at the next Open\n"), 0o600)
 }
 
 // readMeta returns the FSM's meta; maxPut is 0 when none is recorded (a
@@ -569,8 +605,11 @@ func (snapshot) Release() {}
 func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	work := restoreDir(f.db)
-	if err := os.RemoveAll(work); err != nil {
+	if err := removeRestoreDir(work); err != nil {
 		return err
+	}
+	if err := makeRestoreDir(work); err != nil {
+		return fmt.Errorf("kvfsm: Restore: %w", err)
 	}
 	defer os.RemoveAll(work)
 	scratch := filepath.Join(work, "snapshot")
