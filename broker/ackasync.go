@@ -200,10 +200,12 @@ func (b *Broker) checkAcks(kind DestKind, dest string, seqs []uint64) (uint64, e
 	ht := idTree(hdrPrefix, d.id)
 	// A message named twice in seqs is acked once: the second is
 	// ErrNotFound. Short lists are checked by a scan, long ones with a set
-	// (a scan would be quadratic in the caller's list).
+	// (a scan would be quadratic in the caller's list). The set grows with
+	// the entries checked, not to the list's length at once: a list
+	// refused early allocates little.
 	var seen map[uint64]struct{}
 	if len(seqs) > maxAckScan {
-		seen = make(map[uint64]struct{}, len(seqs))
+		seen = make(map[uint64]struct{}, maxAckScan)
 	}
 	for i, seq := range seqs {
 		_, acked := b.acks.pending[ackKey{d.id, seq}]

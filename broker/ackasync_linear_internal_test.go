@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"runtime"
 	"testing"
 	"time"
 
@@ -99,5 +100,39 @@ func TestAckAsync_LongListNamingOneTwice(t *testing.T) {
 	}
 	if d, err := b.Destination(Queue, "q"); err != nil || d.Count != uint64(len(seqs)) {
 		t.Fatalf("after the refused AckAsyncs: %+v, %v; want all %d messages", d, err, len(seqs))
+	}
+}
+
+// TestAckAsync_LongListOfUnknownsAllocatesLittle: AckAsync sized its set
+// of the sequence numbers seen by the caller's whole list before checking
+// the first: a list of 4 million naming a message not in the queue
+// allocated 144 MiB (the list is 30 MiB) to return kdb.ErrNotFound at
+// its second entry; Ack allocates nothing for it. The set now grows with
+// the entries checked.
+func TestAckAsync_LongListOfUnknownsAllocatesLittle(t *testing.T) {
+	b := openTestBroker(t, nil)
+	seqs := fillQueue(t, b, "q", 2)
+	long := make([]uint64, 4_000_000)
+	for i := range long {
+		long[i] = 1 << 40
+	}
+	long[0] = seqs[0]
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	err := b.AckAsync(Queue, "q", long...)
+	runtime.ReadMemStats(&after)
+	if !isNotFound(err) {
+		t.Fatalf("AckAsync of a list whose second entry is not in the queue: %v, want kdb.ErrNotFound", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 4<<20 {
+		t.Fatalf("AckAsync of %d sequence numbers, refused at the second: allocated %d MiB (the list is %d MiB)",
+			len(long), got>>20, len(long)*8>>20)
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := b.Destination(Queue, "q"); err != nil || d.Count != 2 {
+		t.Fatalf("after the refused AckAsync: %+v, %v; want both messages", d, err)
 	}
 }

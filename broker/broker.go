@@ -420,6 +420,10 @@ func listSubs(it *kdb.Iter, d *destRec) (names []string, ids []uint64, err error
 
 // topicSub returns a topic and the id of its subscription sub.
 func (w *bwrite) topicSub(topic, sub string) (*destRec, uint64, error) {
+	// A bad name is ErrInvalid whether the topic exists or not.
+	if err := checkName("subscription name", sub); err != nil {
+		return nil, 0, err
+	}
 	d, err := w.dest(Topic, topic, false)
 	if err != nil {
 		return nil, 0, err

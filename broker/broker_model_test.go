@@ -433,8 +433,18 @@ func runModel(t *testing.T, seed uint64, steps int) {
 						clear(p)
 					}
 				}
-			} else if err = bk.DeleteDestination(kind, name); err == nil {
-				delete(model.dests, dk(kind, name))
+			} else {
+				// A prepared transaction acking in it holds it.
+				for _, ops := range model.prepared {
+					for _, o := range ops {
+						if d != nil && o.kind != 1 && o.dk == kind && o.dest == name {
+							want = kdb.ErrInvalid
+						}
+					}
+				}
+				if err = bk.DeleteDestination(kind, name); err == nil {
+					delete(model.dests, dk(kind, name))
+				}
 			}
 		default:
 			// A crash image (or a clean reopen) with the store compared to

@@ -188,11 +188,12 @@ func (b *Broker) Subscriptions(topic string) ([]SubInfo, error) {
 }
 
 func (s snap) subID(topic, sub string) (*destRec, uint64, error) {
-	d, err := s.destRec(Topic, topic)
-	if err != nil {
+	// A bad name is ErrInvalid whether the topic exists or not.
+	if err := checkName("subscription name", sub); err != nil {
 		return nil, 0, err
 	}
-	if err := checkName("subscription name", sub); err != nil {
+	d, err := s.destRec(Topic, topic)
+	if err != nil {
 		return nil, 0, err
 	}
 	v, ok, err := s.get(subsTree, append(binary.BigEndian.AppendUint64(nil, d.id), sub...))

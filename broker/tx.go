@@ -179,7 +179,8 @@ func (tx *Tx) Rollback() { tx.done = true }
 // transaction may be committed by another process after a crash): find a
 // message by its ID (GetMessage, or Read). A prepared transaction holds no lock:
 // a conflicting write made before CommitPrepared makes it fail (then roll it
-// back). On return (nil) it is durable.
+// back); only a DeleteDestination of a destination it acks in is refused
+// until it is finished. On return (nil) it is durable.
 func (tx *Tx) Prepare(xid string) error {
 	if err := tx.usable(); err != nil {
 		return err
@@ -198,7 +199,15 @@ func (tx *Tx) Prepare(xid string) error {
 	// stays unset until commit; then the prepared record alone. Both run
 	// after the writes in flight; a write in between can only make
 	// CommitPrepared fail, as any write before it can.
+	//
+	// The acks name their messages by sequence number, which a
+	// destination deleted and made again hands out from 1 again: the
+	// write checks that each destination acked in is still the one the
+	// dry run saw (its id), or the stored acks would name the new one's
+	// messages. DeleteDestination refuses once the record is stored.
+	var acked map[string]uint64
 	dry := func(w *bwrite) error {
+		acked = map[string]uint64{}
 		if _, ok, err := w.get(txTree, []byte(xid)); err != nil {
 			return err
 		} else if ok {
@@ -210,6 +219,15 @@ func (tx *Tx) Prepare(xid string) error {
 		}
 		if _, err := w.runTx(ops); err != nil {
 			return err
+		}
+		for _, o := range ops {
+			if o.kind == txAck || o.kind == txAckSub {
+				d, err := w.dest(o.dk, o.dest, false)
+				if err != nil {
+					return err
+				}
+				acked[string(d.key)] = d.id
+			}
 		}
 		// CommitPrepared writes the same and removes the prepared
 		// record, in one batch: it must fit, or the transaction could
@@ -236,6 +254,14 @@ func (tx *Tx) Prepare(xid string) error {
 			return err
 		} else if ok {
 			return fmt.Errorf("%w: transaction %q is prepared already", ErrDuplicate, xid)
+		}
+		for key, id := range acked {
+			kind, name := DestKind(key[0]), key[1:]
+			if d, err := w.dest(kind, name, false); err != nil && !isNotFound(err) {
+				return err
+			} else if err != nil || d.id != id {
+				return fmt.Errorf("%w: %s %q, which transaction %q acks in, was deleted while it was prepared", kdb.ErrNotFound, kind, name, xid)
+			}
 		}
 		w.put(txTree, []byte(xid), enc)
 		return nil

@@ -239,6 +239,10 @@ func (w *bwrite) dropIfExists(tree string) {
 
 // DeleteDestination removes a destination, its messages, subscriptions and
 // producer audit; its space comes back. On return (nil) it is durable. A
+// destination that a prepared transaction acks messages of is
+// kdb.ErrInvalid, naming the transaction: commit or roll it back first (a
+// destination made again numbers its messages from 1 again, so the
+// prepared acks would remove the new one's messages). A
 // topic with more subscriptions than one batch deletes (a few thousand,
 // fewer with small segments) is deleted in several: the first purges it
 // (its messages and everything pending), the next delete its
@@ -258,6 +262,11 @@ func (b *Broker) DeleteDestination(kind DestKind, dest string) error {
 				return nil
 			}
 			if err != nil {
+				return err
+			}
+			// Every batch: a Send between two batches may have delivered
+			// a message that a transaction prepared since acks.
+			if err := w.refusePreparedAcks(kind, dest); err != nil {
 				return err
 			}
 			id = d.id
@@ -291,4 +300,27 @@ func (b *Broker) DeleteDestination(kind DestKind, dest string) error {
 		}
 	}
 	return nil
+}
+
+// refusePreparedAcks returns kdb.ErrInvalid if a prepared transaction
+// acks messages of the destination (DeleteDestination). A record that
+// does not decode is skipped: CommitPrepared never runs it.
+func (w *bwrite) refusePreparedAcks(kind DestKind, dest string) error {
+	it := w.tx.Iter(txTree)
+	for ok := it.First(); ok; ok = it.Next() {
+		v := it.Value()
+		if v == nil {
+			break // Err says why
+		}
+		ops, err := decodeTx(v)
+		if err != nil {
+			continue
+		}
+		for _, o := range ops {
+			if (o.kind == txAck || o.kind == txAckSub) && o.dk == kind && o.dest == dest {
+				return fmt.Errorf("%w: %s %q: prepared transaction %q acks its messages: commit or roll it back first", kdb.ErrInvalid, kind, dest, it.Key())
+			}
+		}
+	}
+	return it.Err()
 }

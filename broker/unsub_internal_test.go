@@ -135,3 +135,31 @@ func openTestBroker(t *testing.T, o *kdb.Options) *Broker {
 	}
 	return b
 }
+
+// TestAPI_BadSubscriptionNameOfAnUnknownTopic: an empty or oversized
+// subscription name is kdb.ErrInvalid whether its topic exists or not, as
+// Tx.AckSub and Subscribe say at once. ReadSub, Pending, AckSub and
+// Unsubscribe looked the topic up first and answered kdb.ErrNotFound for a
+// topic not there, hiding the bad argument.
+func TestAPI_BadSubscriptionNameOfAnUnknownTopic(t *testing.T) {
+	b := openTestBroker(t, nil)
+	for _, sub := range []string{"", strings.Repeat("s", MaxNameSize+1)} {
+		_, rerr := b.ReadSub("nope", sub, 0, 1)
+		_, perr := b.Pending("nope", sub)
+		for what, err := range map[string]error{
+			"ReadSub":     rerr,
+			"Pending":     perr,
+			"AckSub":      b.AckSub("nope", sub, 1),
+			"Unsubscribe": b.Unsubscribe("nope", sub),
+			"Tx.AckSub":   b.BeginTx().AckSub("nope", sub, 1),
+			"Subscribe":   b.Subscribe("nope", sub),
+		} {
+			if !errors.Is(err, kdb.ErrInvalid) {
+				t.Errorf("%s of a subscription name of %d bytes on an unknown topic: %v, want kdb.ErrInvalid", what, len(sub), err)
+			}
+		}
+	}
+	if _, err := b.Destination(Topic, "nope"); !isNotFound(err) {
+		t.Fatalf("the refused calls made the topic: %v", err)
+	}
+}
