@@ -268,6 +268,12 @@ m import-into-a-store export.go \
 m demo-deletes-any-store cmd/kdbtool/demo.go \
   'if len(ents) > 0 && !marked {' 'if len(ents) > 0 && !marked && false {' \
   './cmd/kdbtool' "kdbtool demo deletes and rebuilds a store it did not build (kdbtool demo /var/lib/broker/store, the application closed): exit 0, the store gone"
+m broker-delete-under-prepared-acks broker/unsub.go \
+  'if err := w.refusePreparedAcks(kind, dest); err != nil {' 'if err := w.refusePreparedAcks(kind, dest); err != nil && false {' \
+  './broker' "DeleteDestination of a destination a prepared transaction acks in: once made again, CommitPrepared acks the new destination's messages of those numbers (silent loss)"
+m broker-prepare-ignores-recreated-dest broker/tx.go \
+  '} else if err != nil || d.id != id {' '} else if (err != nil || d.id != id) && false {' \
+  './broker' "Prepare stores acks of a destination deleted and made again after its dry run: CommitPrepared acks the new destination's messages"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
