@@ -422,10 +422,36 @@ func demoRemovable(dir string) error {
 			return fmt.Errorf("%s holds %s, which is not a store's file: name a new directory (the demo deletes and rebuilds it)", dir, e.Name())
 		}
 	}
-	if len(ents) > 0 && !marked {
+	if len(ents) > 0 && !marked && !olderDemoStore(dir) {
 		return fmt.Errorf("%s holds a store that kdbtool demo did not build (it has no %s file): name a new directory (the demo deletes and rebuilds it), or delete that store yourself if it is an earlier demo's", dir, demoMark)
 	}
 	return nil
+}
+
+// olderDemoStore reports whether dir holds a store that a demo from before
+// the mark built: one that opens read-only and holds the demo's index and
+// nothing else (no other index, no namespace). Anything else, a store
+// that does not open included, is not the demo's.
+func olderDemoStore(dir string) bool {
+	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+	if err != nil {
+		return false
+	}
+	defer db.Close()
+	ok := false
+	_ = db.View(func(s *kdb.Snapshot) error {
+		idx, err := s.Indexes()
+		if err != nil {
+			return err
+		}
+		ns, err := s.Namespaces()
+		if err != nil {
+			return err
+		}
+		ok = len(idx) == 1 && idx[0] == "demo" && len(ns) == 0
+		return nil
+	})
+	return ok
 }
 
 // lockDemoDir takes the store lock of dir, a directory demoRemovable

@@ -74,6 +74,24 @@ func TestDemo_RefusesAStoreItDidNotBuild(t *testing.T) {
 			requireUntouched(t, "demo", before, fileStates(t, dir+side))
 		})
 	}
+	t.Run("demo from before the mark", func(t *testing.T) {
+		t.Parallel()
+		dir := filepath.Join(t.TempDir(), "demo")
+		db, err := kdb.Open(dir, &kdb.Options{SegmentSize: testSegmentSize})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Put("demo", []byte("k"), []byte("v")); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+		code, stdout, stderr := runChildTimeout(t, 2*time.Minute, "demo", "-size-mib", "1", dir)
+		if code != 0 || !strings.Contains(stdout, "missing: 0") {
+			t.Fatalf("demo over an older demo's store (only the demo index, no mark): exit %d, stdout %q, stderr %q", code, stdout, stderr)
+		}
+	})
 	t.Run("earlier demo", func(t *testing.T) {
 		t.Parallel()
 		dir := filepath.Join(t.TempDir(), "demo")
