@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,50 +32,8 @@ func importLeftovers(t *testing.T, dir string) []string {
 func TestImport_KilledLeavesNoStore(t *testing.T) {
 	t.Parallel()
 	src := makeStore(t, 6000)
-	file := filepath.Join(t.TempDir(), "full.kdbx")
-	if code, _, errs := runTool(t, "export", src, file); code != 0 {
-		t.Fatalf("export: exit %d: %s", code, errs)
-	}
-	snap, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fifo := filepath.Join(t.TempDir(), "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	parent := t.TempDir()
-	dst := filepath.Join(parent, "imp")
-	cmd := exec.Command(os.Args[0], "import", fifo, dst)
-	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1")
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	bw := bufio.NewWriter(w)
-	if _, err := bw.Write(snap[:len(snap)*3/4]); err != nil {
-		t.Fatal(err)
-	}
-	if err := bw.Flush(); err != nil {
-		t.Fatal(err)
-	}
-	// The import has read what the pipe held and waits for more: wait for
-	// its store (wherever it builds it) to hold keys, then kill it.
-	deadline := time.Now().Add(20 * time.Second)
-	for building := false; !building; {
-		for _, d := range append(importLeftovers(t, dst), dst) {
-			if st, err := os.Stat(filepath.Join(d, "db-1.log")); err == nil && st.Size() > 0 {
-				building = true
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no store is being built for %s", dst)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	imp := startPipedImport(t, src, 3, 4, nil)
+	cmd, w, file, dst := imp.cmd, imp.w, imp.file, imp.dst
 	time.Sleep(100 * time.Millisecond)
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -245,4 +204,65 @@ func TestImport_IntoASymlink(t *testing.T) {
 	if _, err := os.Lstat(filepath.Join(parent, "nowhere")); err == nil {
 		t.Errorf("the import created the dangling link's target")
 	}
+}
+
+// pipedImport is a kdbtool import child reading its snapshot from a named
+// pipe, stopped part-way (startPipedImport).
+type pipedImport struct {
+	cmd  *exec.Cmd
+	w    *os.File // the pipe's writing end, open
+	file string   // the whole snapshot, as a file
+	dst  string   // the import's DIR
+}
+
+// startPipedImport exports src to a file, starts "kdbtool import" of it
+// into a new DIR reading from a named pipe (stderr, if not nil, gets the
+// child's), writes num/den of the snapshot into the pipe and returns once
+// a store is being built for DIR (in DIR or an import's temporary
+// directory beside it): the import then waits for the rest.
+func startPipedImport(t *testing.T, src string, num, den int, stderr io.Writer) pipedImport {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "full.kdbx")
+	if code, _, errs := runTool(t, "export", src, file); code != 0 {
+		t.Fatalf("export: exit %d: %s", code, errs)
+	}
+	snap, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fifo := filepath.Join(t.TempDir(), "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dst := filepath.Join(t.TempDir(), "imp")
+	cmd := exec.Command(os.Args[0], "import", fifo, dst)
+	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1")
+	cmd.Stderr = stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bw := bufio.NewWriter(w)
+	if _, err := bw.Write(snap[:len(snap)*num/den]); err != nil {
+		t.Fatal(err)
+	}
+	if err := bw.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for building := false; !building; {
+		for _, d := range append(importLeftovers(t, dst), dst) {
+			if st, err := os.Stat(filepath.Join(d, "db-1.log")); err == nil && st.Size() > 0 {
+				building = true
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no store is being built for %s", dst)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	return pipedImport{cmd: cmd, w: w, file: file, dst: dst}
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 )
 
 // interruptSignals returns SIGINT and SIGTERM, or SIGTERM alone where this
@@ -85,49 +84,10 @@ func TestExport_InterruptRemovesItsTemp(t *testing.T) {
 func TestImport_InterruptRemovesItsTemp(t *testing.T) {
 	t.Parallel()
 	src := makeStore(t, 3000)
-	file := filepath.Join(t.TempDir(), "full.kdbx")
-	if code, _, errs := runTool(t, "export", src, file); code != 0 {
-		t.Fatalf("export: exit %d: %s", code, errs)
-	}
-	snap, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
-	fifo := filepath.Join(t.TempDir(), "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	parent := t.TempDir()
-	dst := filepath.Join(parent, "imp")
-	cmd := exec.Command(os.Args[0], "import", fifo, dst)
-	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1")
 	var errb bytes.Buffer
-	cmd.Stderr = &errb
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.Close()
-	if _, err := w.Write(snap[:len(snap)/2]); err != nil {
-		t.Fatal(err)
-	}
-	// The import reads what the pipe held and waits for more: interrupt
-	// it once its store holds keys.
-	deadline := time.Now().Add(20 * time.Second)
-	for building := false; !building; {
-		for _, d := range importLeftovers(t, dst) {
-			if st, err := os.Stat(filepath.Join(d, "db-1.log")); err == nil && st.Size() > 0 {
-				building = true
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no store is being built for %s", dst)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	imp := startPipedImport(t, src, 1, 2, &errb)
+	defer imp.w.Close()
+	cmd, dst := imp.cmd, imp.dst
 	if err := cmd.Process.Signal(interruptSignals(t)[0]); err != nil {
 		t.Fatal(err)
 	}
