@@ -15,7 +15,9 @@ import (
 //
 // AckAsync checks its messages against the store and the acks still
 // deferred, then hands the ack to the engine as a deferred transaction
-// (Namespace.Defer): no lock a writer holds, no commit of its own. The ack
+// (Namespace.Defer), after releasing mu: no lock a writer holds, no commit
+// of its own (but the Defer that fills the engine's bounded queue commits
+// the queue, and the done functions it calls take mu). The ack
 // runs at the start of the next write (joining the transaction of the next
 // broker write, so it shares its batch and fsync), or by the engine's
 // timer within SyncInterval.
@@ -59,6 +61,9 @@ type ackKey struct{ dest, seq uint64 }
 // again (at-least-once), never acked twice, and every message sent and
 // acknowledged is still there. So a producer that sends and acks in a loop
 // pays one commit and one fsync per pair, and never waits for an ack.
+// A consumer that acks with AckAsync and writes nothing else waits, at
+// every 1,024th deferred ack, for the engine to commit them (without an
+// fsync): the deferred acks held in memory are bounded.
 //
 // More messages than one batch of the store removes (a few thousand, fewer
 // with small segments) are acked in several deferred transactions, each
@@ -87,9 +92,9 @@ func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 	}
 	a := &b.acks
 	a.mu.Lock()
-	defer a.mu.Unlock()
 	id, err := b.checkAcks(kind, dest, seqs)
 	if err != nil {
+		a.mu.Unlock()
 		return err
 	}
 	if a.pending == nil {
@@ -105,23 +110,47 @@ func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 	// transaction too large for one batch would fail on its own, after
 	// AckAsync returned.
 	per := b.perBatch()
-	for len(seqs) > 0 {
-		part := seqs[:min(per, len(seqs))]
-		seqs = seqs[len(part):]
-		if err := b.deferAck(kind, dest, id, part); err != nil {
-			for _, s := range seqs {
-				delete(a.pending, ackKey{id, s})
+	var parts []deferredAck
+	for rest := seqs; len(rest) > 0; {
+		part := rest[:min(per, len(rest))]
+		rest = rest[len(part):]
+		parts = append(parts, b.prepareAck(kind, dest, id, part))
+	}
+	a.mu.Unlock()
+	// Handed to the engine without a.mu: a Defer that fills the engine's
+	// queue commits it before it returns, and the done functions it calls
+	// take a.mu.
+	for i, p := range parts {
+		if err := b.ns.Defer(p.fn, p.done); err != nil {
+			a.mu.Lock()
+			for _, q := range parts[i:] {
+				for _, s := range q.seqs {
+					delete(a.pending, ackKey{id, s})
+				}
+				delete(a.out, q.n)
 			}
+			a.cond.Broadcast()
+			a.mu.Unlock()
 			return err
 		}
 	}
 	return nil
 }
 
-// deferAck hands the ack of seqs (of queue id, dest) to the engine as one
-// deferred transaction. The caller holds a.mu and has put seqs in
-// a.pending; deferAck takes them out if the engine refuses it.
-func (b *Broker) deferAck(kind DestKind, dest string, id uint64, seqs []uint64) error {
+// deferredAck is one deferred transaction of an AckAsync: the ack of seqs,
+// numbered n among the AckAsyncs.
+type deferredAck struct {
+	n    uint64
+	seqs []uint64
+	fn   func(tx *kdb.Txn) error
+	done func(error)
+}
+
+// prepareAck numbers the ack of seqs (of queue id, dest) and makes the
+// deferred transaction that removes them, and its done function. The
+// caller holds a.mu and has put seqs in a.pending; if the engine refuses
+// the transaction, the caller takes them out again.
+func (b *Broker) prepareAck(kind DestKind, dest string, id uint64, seqs []uint64) deferredAck {
 	a := &b.acks
 	a.next++
 	n := a.next
@@ -151,14 +180,7 @@ func (b *Broker) deferAck(kind DestKind, dest string, id uint64, seqs []uint64) 
 		}
 		a.cond.Broadcast()
 	}
-	if err := b.ns.Defer(fn, done); err != nil {
-		for _, s := range seqs {
-			delete(a.pending, ackKey{id, s})
-		}
-		delete(a.out, n)
-		return err
-	}
-	return nil
+	return deferredAck{n: n, seqs: seqs, fn: fn, done: done}
 }
 
 // ackBytes bounds what the removal of one message writes to a batch: three

@@ -256,6 +256,14 @@ m deferred-error-fails-the-rest deferred.go \
   $'\t\t\tif derr != nil {' $'\t\t\tif derr = err; errors.Is(err, ErrClosed) || errors.Is(err, ErrFailed) {' \
   '. ./broker' "a deferred function's own ErrClosed or ErrFailed is taken for the database's: every deferred function after it fails unrun"
 
+# ---- The bounded queue of deferred transactions (session of 2026-12-07).
+m defer-queue-unbounded deferred.go \
+  'full := len(q.fns) >= maxDeferred' 'full := false' \
+  '.' "a loop of Defers with no other write queues without bound (the timer's flushes never catch up: hundreds of MiB in seconds)"
+m broker-defers-under-ack-lock broker/ackasync.go \
+  $'\ta.mu.Unlock()\n\t// Handed to the engine without a.mu' $'\tdefer a.mu.Unlock()\n\t// Handed to the engine without a.mu' \
+  './broker' "AckAsync hands its ack to the engine holding the lock its done takes: the AckAsync that fills the engine's queue commits it and waits for itself"
+
 m pagefile-dir-parents-not-durable pagefile/open.go \
   'vfs.MkdirAllDurable(f.fs, o.dir, 0o750)' 'f.fs.MkdirAll(o.dir, 0o750)' \
   './pagefile' "pagefile.Open creates a new store's directory without syncing new parents: a power loss right after loses the store, and the next Open creates it again"
