@@ -123,6 +123,9 @@ func (db *DB) compactAfterCheckpoint() error {
 // the moves are applied and durable; the next checkpoint removes the
 // segments.
 func (db *DB) Compact() (int, error) {
+	if err := db.inDone("Compact"); err != nil {
+		return 0, err
+	}
 	db.mu.Lock()
 	err := db.writableLocked()
 	db.mu.Unlock()

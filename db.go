@@ -56,6 +56,9 @@ type DB struct {
 	// updater is the ID of the goroutine running an Update's function, 0
 	// if none: see lifecycle.go.
 	updater atomic.Uint64
+	// doners marks the goroutines running a deferred transaction's done
+	// function: see lifecycle.go.
+	doners doneMarks
 	// views registers the running Views, for Close and journal GC: see
 	// lifecycle.go.
 	views viewRegistry

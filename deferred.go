@@ -101,8 +101,11 @@ func (db *DB) Defer(fn func(tx *Txn) error, done func(err error)) error {
 // commit, with nil after fn's writes are applied (readers see them;
 // durable with that commit, or with the next synced one or within
 // SyncInterval), or with the reason they never will be (fn's error, a
-// failed commit, ErrClosed); it may run while the DB's transaction lock is
-// held, so it must not call the DB. fn's writes are durable once a later
+// failed commit, ErrClosed); it runs holding the DB's write locks, so the
+// calls that take them (Put, Write, Delete, Submit, Update, Compact,
+// Close) return ErrInvalid in it; reads, Defer, Sync and Checkpoint are
+// allowed (Sync and Checkpoint there do not wait for deferred
+// transactions). fn's writes are durable once a later
 // synced write, Sync or Checkpoint returns; a crash before that loses them
 // whole.
 func (n *Namespace) Defer(fn func(tx *Txn) error, done func(err error)) error {
@@ -116,10 +119,16 @@ func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) 
 	if err := db.Err(); err != nil {
 		return err
 	}
-	if err := db.nested("Defer"); err != nil {
-		// As every write from there: the function's own Txn is the way.
-		return err
+	// In a done (which may run under an Update's or a Submit's mark, after
+	// its function failed) Defer is allowed: queuing takes no lock a
+	// writer holds, and a full queue's flush skips itself there.
+	if !db.doners.has(currentMark) {
+		if err := db.inFn("Defer"); err != nil {
+			// As every write from there: the function's own Txn is the way.
+			return err
+		}
 	}
+
 	if db.opts.ReadOnly {
 		return ErrReadOnly
 	}
@@ -193,6 +202,8 @@ func (db *DB) callDone(done func(error), err error) {
 			db.opts.Logger.Error("kdb: a deferred transaction's done function panicked", "panic", r, "stack", string(debug.Stack()))
 		}
 	}()
+	slot := db.doners.enter()
+	defer db.doners.leave(slot)
 	done(err)
 }
 

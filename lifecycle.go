@@ -209,12 +209,21 @@ func (db *DB) runningViews() int {
 // goroutine (enterFn) and a caller that finds the lock taken compares its
 // own (nested), never on the uncontended path of a write.
 //
+// A deferred transaction's done function runs holding writeMu (shared) or
+// txMu, and Sync waits for it: every call that takes those locks is refused
+// in it at once, contended or not (inDone, a load of a counter when no done
+// runs), so that a done that writes fails every time, not only when its
+// lock happens to be held.
+//
 // A function that hands the DB to another goroutine and waits for it to
 // write still deadlocks; that cannot be told apart from ordinary waiting.
 
 // lockWrite takes writeMu exclusively, or returns ErrInvalid if the caller
 // is inside an Update's function.
 func (db *DB) lockWrite(call string) error {
+	if err := db.inDone(call); err != nil {
+		return err
+	}
 	if db.writeMu.TryLock() {
 		return nil
 	}
@@ -228,6 +237,9 @@ func (db *DB) lockWrite(call string) error {
 // rlockWrite takes writeMu shared, or returns ErrInvalid if the caller is
 // inside an Update's function.
 func (db *DB) rlockWrite(call string) error {
+	if err := db.inDone(call); err != nil {
+		return err
+	}
 	if db.writeMu.TryRLock() {
 		return nil
 	}
@@ -241,10 +253,77 @@ func (db *DB) rlockWrite(call string) error {
 // nested returns ErrInvalid if the calling goroutine runs an Update's or a
 // Submit's function.
 func (db *DB) nested(call string) error {
+	if err := db.inDone(call); err != nil {
+		return err
+	}
+	return db.inFn(call)
+}
+
+// inFn returns ErrInvalid if the calling goroutine runs an Update's or a
+// Submit's function.
+func (db *DB) inFn(call string) error {
 	if u := db.updater.Load(); u != 0 && u == currentMark() {
 		return fmt.Errorf("%w: %s called inside an Update's or a Submit's function would wait for it forever: use the Txn, or call it after Update or Submit returns", ErrInvalid, call)
 	}
 	return nil
+}
+
+// inDone returns ErrInvalid if the calling goroutine runs a deferred
+// transaction's done function (doneMarks).
+func (db *DB) inDone(call string) error {
+	if db.doners.has(currentMark) {
+		return fmt.Errorf("%w: %s called inside a deferred transaction's done function could wait for itself (done runs holding the DB's write locks, and Sync waits for every done): call it after done returns, from another goroutine", ErrInvalid, call)
+	}
+	return nil
+}
+
+// doneMarks holds the marks (enterMark) of the goroutines running a
+// deferred transaction's done function. A done runs on the goroutine that
+// waited for the commit, which may hold writeMu or txMu, and Sync and
+// Checkpoint wait for every done of their epoch: a done that calls them,
+// or a write, would wait for itself. nested refuses those calls (found
+// 2026-12-07: Sync, Checkpoint, Update and Close called in a done hung
+// for good, TestDefer_DoneCallingTheDB). Slots, not a map: a done costs two
+// atomic operations when none is running beside it; a done that finds
+// every slot taken runs unmarked (its calls are not refused).
+type doneMarks struct {
+	running atomic.Int32
+	slots   [64]atomic.Uint64
+}
+
+// enter marks the calling goroutine, returning its slot (-1: unmarked).
+func (d *doneMarks) enter() int {
+	m := enterMark()
+	d.running.Add(1)
+	for i := range d.slots {
+		if d.slots[i].CompareAndSwap(0, m) {
+			return i
+		}
+	}
+	return -1
+}
+
+// leave clears the slot enter returned.
+func (d *doneMarks) leave(i int) {
+	if i >= 0 {
+		d.slots[i].Store(0)
+	}
+	leaveMark()
+	d.running.Add(-1)
+}
+
+// has reports whether the goroutine whose mark is mark() runs a done.
+func (d *doneMarks) has(mark func() uint64) bool {
+	if d.running.Load() == 0 {
+		return false
+	}
+	m := mark()
+	for i := range d.slots {
+		if d.slots[i].Load() == m {
+			return true
+		}
+	}
+	return false
 }
 
 // enterFn marks the calling goroutine as the one running a transaction's

@@ -201,6 +201,9 @@ func (db *DB) lookup(tree, key []byte) (val []byte, ok, found bool) {
 // lockTx takes txMu, or returns ErrInvalid if the caller runs the function
 // of a Submit or an Update (it would wait for itself).
 func (db *DB) lockTx(call string) error {
+	if err := db.inDone(call); err != nil {
+		return err
+	}
 	if db.txMu.TryLock() {
 		return nil
 	}

@@ -264,6 +264,10 @@ m broker-defers-under-ack-lock broker/ackasync.go \
   $'\ta.mu.Unlock()\n\t// Handed to the engine without a.mu' $'\tdefer a.mu.Unlock()\n\t// Handed to the engine without a.mu' \
   './broker' "AckAsync hands its ack to the engine holding the lock its done takes: the AckAsync that fills the engine's queue commits it and waits for itself"
 
+m done-calls-not-refused lifecycle.go \
+  $'\tif db.doners.has(currentMark) {\n\t\treturn fmt.Errorf' $'\tif false {\n\t\treturn fmt.Errorf' \
+  '.' "a deferred transaction's done that calls Sync, Checkpoint, Update or Close hangs for good (it waits for itself)"
+
 m pagefile-dir-parents-not-durable pagefile/open.go \
   'vfs.MkdirAllDurable(f.fs, o.dir, 0o750)' 'f.fs.MkdirAll(o.dir, 0o750)' \
   './pagefile' "pagefile.Open creates a new store's directory without syncing new parents: a power loss right after loses the store, and the next Open creates it again"
