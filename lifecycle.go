@@ -287,7 +287,9 @@ func (db *DB) inDone(call string) error {
 // atomic operations when none is running beside it; a done that finds
 // every slot taken runs unmarked (its calls are not refused).
 type doneMarks struct {
+	_       [64]byte // running, read by every write, on a line of its own
 	running atomic.Int32
+	_       [60]byte
 	slots   [64]atomic.Uint64
 }
 

@@ -110,7 +110,8 @@ func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 	// transaction too large for one batch would fail on its own, after
 	// AckAsync returned.
 	per := b.perBatch()
-	var parts []deferredAck
+	var one [1]deferredAck // most AckAsyncs are one part: no allocation
+	parts := one[:0]
 	for rest := seqs; len(rest) > 0; {
 		part := rest[:min(per, len(rest))]
 		rest = rest[len(part):]
