@@ -268,6 +268,10 @@ m done-calls-not-refused lifecycle.go \
   $'\tif db.doners.has(currentMark) {\n\t\treturn fmt.Errorf' $'\tif false {\n\t\treturn fmt.Errorf' \
   '.' "a deferred transaction's done that calls Sync, Checkpoint, Update or Close hangs for good (it waits for itself)"
 
+m stress-writes-into-any-store cmd/kdbtool/stress.go \
+  'if len(names) == 0 && len(nss) == 0 {' 'if true {' \
+  './cmd/kdbtool' "kdbtool stress writes its test values into an application's store (a key-value program's indexes, a broker's namespace)"
+
 m pagefile-dir-parents-not-durable pagefile/open.go \
   'vfs.MkdirAllDurable(f.fs, o.dir, 0o750)' 'f.fs.MkdirAll(o.dir, 0o750)' \
   './pagefile' "pagefile.Open creates a new store's directory without syncing new parents: a power loss right after loses the store, and the next Open creates it again"

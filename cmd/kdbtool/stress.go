@@ -175,6 +175,13 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		}
 		return fail(err, exitFor(err))
 	}
+	if err := stressTarget(db, dir, *index); err != nil {
+		db.Close()
+		if errors.Is(err, kdb.ErrInvalid) {
+			return fail(err, exitUsage)
+		}
+		return fail(err, exitFor(err))
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if *duration > 0 {
@@ -374,6 +381,40 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		return exitProblems
 	}
 	return exitOK
+}
+
+// stressTarget returns nil if stress may write into the store at dir: a
+// new one, one that holds only index (an earlier stress's), or one the demo
+// built (its mark). Any other data (another index, a namespace: a broker's
+// or an integration's) is an application's store, which test values would
+// pollute: an error wrapping kdb.ErrInvalid that names what it holds.
+func stressTarget(db *kdb.DB, dir, index string) error {
+	if st, err := os.Stat(filepath.Join(dir, demoMark)); err == nil && st.Mode().IsRegular() {
+		return nil
+	}
+	return db.View(func(s *kdb.Snapshot) error {
+		names, err := s.Indexes()
+		if err != nil {
+			return err
+		}
+		nss, err := s.Namespaces()
+		if err != nil {
+			return err
+		}
+		names = slices.DeleteFunc(names, func(n string) bool { return n == index })
+		if len(names) == 0 && len(nss) == 0 {
+			return nil
+		}
+		var held []string
+		if len(names) > 0 {
+			held = append(held, fmt.Sprintf("indexes %q", names))
+		}
+		if len(nss) > 0 {
+			held = append(held, fmt.Sprintf("namespaces %q", nss))
+		}
+		return fmt.Errorf("%w: %s holds data stress did not write (%s): an application's store? stress writes test values only into a new store, one holding only its --index (%q), or a demo's; name a new directory",
+			kdb.ErrInvalid, dir, strings.Join(held, " and "), index)
+	})
 }
 
 // indexInStore returns nil if the store holds the index name, else an
