@@ -128,7 +128,6 @@ func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) 
 			return err
 		}
 	}
-
 	if db.opts.ReadOnly {
 		return ErrReadOnly
 	}

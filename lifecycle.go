@@ -219,7 +219,7 @@ func (db *DB) runningViews() int {
 // write still deadlocks; that cannot be told apart from ordinary waiting.
 
 // lockWrite takes writeMu exclusively, or returns ErrInvalid if the caller
-// is inside an Update's function.
+// is inside an Update's function or a deferred transaction's done.
 func (db *DB) lockWrite(call string) error {
 	if err := db.inDone(call); err != nil {
 		return err
@@ -235,7 +235,7 @@ func (db *DB) lockWrite(call string) error {
 }
 
 // rlockWrite takes writeMu shared, or returns ErrInvalid if the caller is
-// inside an Update's function.
+// inside an Update's function or a deferred transaction's done.
 func (db *DB) rlockWrite(call string) error {
 	if err := db.inDone(call); err != nil {
 		return err
@@ -251,7 +251,7 @@ func (db *DB) rlockWrite(call string) error {
 }
 
 // nested returns ErrInvalid if the calling goroutine runs an Update's or a
-// Submit's function.
+// Submit's function, or a deferred transaction's done.
 func (db *DB) nested(call string) error {
 	if err := db.inDone(call); err != nil {
 		return err

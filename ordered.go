@@ -199,7 +199,8 @@ func (db *DB) lookup(tree, key []byte) (val []byte, ok, found bool) {
 }
 
 // lockTx takes txMu, or returns ErrInvalid if the caller runs the function
-// of a Submit or an Update (it would wait for itself).
+// of a Submit or an Update, or a deferred transaction's done (it would, or
+// could, wait for itself).
 func (db *DB) lockTx(call string) error {
 	if err := db.inDone(call); err != nil {
 		return err
