@@ -101,7 +101,7 @@ func (db *DB) Defer(fn func(tx *Txn) error, done func(err error)) error {
 // commit, with nil after fn's writes are applied (readers see them;
 // durable with that commit, or with the next synced one or within
 // SyncInterval), or with the reason they never will be (fn's error, a
-// failed commit, ErrClosed); it runs holding the DB's write locks, so the
+// failed commit, ErrClosed); it may run holding the DB's write locks, so the
 // calls that take them (Put, Write, Delete, Submit, Update, Compact,
 // Close) return ErrInvalid in it; reads, Defer, Sync and Checkpoint are
 // allowed (Sync and Checkpoint there do not wait for deferred

@@ -209,7 +209,7 @@ func (db *DB) runningViews() int {
 // goroutine (enterFn) and a caller that finds the lock taken compares its
 // own (nested), never on the uncontended path of a write.
 //
-// A deferred transaction's done function runs holding writeMu (shared) or
+// A deferred transaction's done function may run holding writeMu (shared) or
 // txMu, and Sync waits for it: every call that takes those locks is refused
 // in it at once, contended or not (inDone, a load of a counter when no done
 // runs), so that a done that writes fails every time, not only when its
@@ -272,7 +272,7 @@ func (db *DB) inFn(call string) error {
 // transaction's done function (doneMarks).
 func (db *DB) inDone(call string) error {
 	if db.doners.has(currentMark) {
-		return fmt.Errorf("%w: %s called inside a deferred transaction's done function could wait for itself (done runs holding the DB's write locks, and Sync waits for every done): call it after done returns, from another goroutine", ErrInvalid, call)
+		return fmt.Errorf("%w: %s called inside a deferred transaction's done function could wait for itself (done may run holding the DB's write locks, and Sync waits for every done): call it after done returns, from another goroutine", ErrInvalid, call)
 	}
 	return nil
 }
