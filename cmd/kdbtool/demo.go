@@ -438,20 +438,21 @@ func olderDemoStore(dir string) bool {
 		return false
 	}
 	defer db.Close()
-	ok := false
-	_ = db.View(func(s *kdb.Snapshot) error {
-		idx, err := s.Indexes()
-		if err != nil {
+	idx, ns, err := storeNames(db)
+	return err == nil && len(idx) == 1 && idx[0] == "demo" && len(ns) == 0
+}
+
+// storeNames returns the user indexes and the namespaces the store holds.
+func storeNames(db *kdb.DB) (indexes, namespaces []string, err error) {
+	err = db.View(func(s *kdb.Snapshot) error {
+		var err error
+		if indexes, err = s.Indexes(); err != nil {
 			return err
 		}
-		ns, err := s.Namespaces()
-		if err != nil {
-			return err
-		}
-		ok = len(idx) == 1 && idx[0] == "demo" && len(ns) == 0
-		return nil
+		namespaces, err = s.Namespaces()
+		return err
 	})
-	return ok
+	return indexes, namespaces, err
 }
 
 // lockDemoDir takes the store lock of dir, a directory demoRemovable

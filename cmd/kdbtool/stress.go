@@ -392,29 +392,23 @@ func stressTarget(db *kdb.DB, dir, index string) error {
 	if st, err := os.Stat(filepath.Join(dir, demoMark)); err == nil && st.Mode().IsRegular() {
 		return nil
 	}
-	return db.View(func(s *kdb.Snapshot) error {
-		names, err := s.Indexes()
-		if err != nil {
-			return err
-		}
-		nss, err := s.Namespaces()
-		if err != nil {
-			return err
-		}
-		names = slices.DeleteFunc(names, func(n string) bool { return n == index })
-		if len(names) == 0 && len(nss) == 0 {
-			return nil
-		}
-		var held []string
-		if len(names) > 0 {
-			held = append(held, fmt.Sprintf("indexes %q", names))
-		}
-		if len(nss) > 0 {
-			held = append(held, fmt.Sprintf("namespaces %q", nss))
-		}
-		return fmt.Errorf("%w: %s holds data stress did not write (%s): an application's store? stress writes test values only into a new store, one holding only its --index (%q), or a demo's; name a new directory",
-			kdb.ErrInvalid, dir, strings.Join(held, " and "), index)
-	})
+	names, nss, err := storeNames(db)
+	if err != nil {
+		return err
+	}
+	names = slices.DeleteFunc(names, func(n string) bool { return n == index })
+	if len(names) == 0 && len(nss) == 0 {
+		return nil
+	}
+	var held []string
+	if len(names) > 0 {
+		held = append(held, fmt.Sprintf("indexes %q", names))
+	}
+	if len(nss) > 0 {
+		held = append(held, fmt.Sprintf("namespaces %q", nss))
+	}
+	return fmt.Errorf("%w: %s holds data stress did not write (%s): an application's store? stress writes test values only into a new store, one holding only its --index (%q), or a demo's; name a new directory",
+		kdb.ErrInvalid, dir, strings.Join(held, " and "), index)
 }
 
 // indexInStore returns nil if the store holds the index name, else an
