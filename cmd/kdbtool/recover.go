@@ -86,7 +86,7 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 		return failed(stdout, stderr, "recover", *asJSON, "", err, exitFor(err))
 	}
 	if testHookBeforeClose != nil {
-		testHookBeforeClose(db, dir)
+		testHookBeforeClose(dir)
 	}
 	// Close waits for the checkpoint recovery asked for (or takes one), so
 	// the report read after it says whether and how long.
@@ -103,4 +103,4 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 
 // testHookBeforeClose, if set (by tests only: TestMain sets it in a child
 // process), runs once recover has the store open, before its Close.
-var testHookBeforeClose func(db *kdb.DB, dir string)
+var testHookBeforeClose func(dir string)
