@@ -1,6 +1,8 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -70,5 +72,12 @@ func TestStress_RefusesAnApplicationsStore(t *testing.T) {
 		if code, out, errs := runTool(t, "stress", "--count", "20", own); code != exitOK || strings.Count(out, "\n") != 20 {
 			t.Fatalf("stress into its own store: exit %d, %d keys, stderr %q", code, strings.Count(out, "\n"), errs)
 		}
+	}
+	// A store the demo marked, whatever it holds (here the key-value one).
+	if err := os.WriteFile(filepath.Join(kv, demoMark), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, errs := runTool(t, "stress", "--count", "20", kv); code != exitOK || strings.Count(out, "\n") != 20 {
+		t.Fatalf("stress into a demo's store: exit %d, %d keys, stderr %q", code, strings.Count(out, "\n"), errs)
 	}
 }
