@@ -52,6 +52,24 @@ func (db *DB) Checkpoint() error {
 func (db *DB) checkpoint() error {
 	db.ckMu.Lock()
 	defer db.ckMu.Unlock()
+	return db.checkpointLocked()
+}
+
+// checkpointIfDue is the background checkpointer's checkpoint: it decides
+// whether one is due again once it holds ckMu, since a checkpoint that ran
+// meanwhile (Checkpoint, Compact's) may have taken the one it saw due.
+// It reports whether it ran one.
+func (db *DB) checkpointIfDue(timer bool) (bool, error) {
+	db.ckMu.Lock()
+	defer db.ckMu.Unlock()
+	if due := db.checkpointDue(timer); !due {
+		return false, nil
+	}
+	return true, db.checkpointLocked()
+}
+
+// checkpointLocked is checkpoint; the caller holds ckMu.
+func (db *DB) checkpointLocked() error {
 	start := time.Now()
 	db.mu.Lock()
 	rate := db.mu.replayBps
@@ -397,6 +415,10 @@ func (db *DB) checkpointDue(timer bool) bool {
 // a recovery on this machine has measured one (bytes per second).
 const defaultReplayRate = 100 << 20
 
+// testHookCheckpointerDue, when set, runs in the background checkpointer
+// once it has seen a checkpoint due, before it takes ckMu.
+var testHookCheckpointerDue func()
+
 // checkpointer runs checkpoints in the background when they are due.
 func (db *DB) checkpointer() {
 	defer db.wg.Done()
@@ -428,10 +450,16 @@ func (db *DB) checkpointer() {
 			}
 			continue
 		}
-		if err := db.checkpoint(); err != nil {
+		if testHookCheckpointerDue != nil {
+			testHookCheckpointerDue()
+		}
+		ran, err := db.checkpointIfDue(timer)
+		if err != nil {
 			db.opts.Logger.Error("kdb: background checkpoint failed", "err", err)
 			continue
 		}
-		db.kickCompactor()
+		if ran {
+			db.kickCompactor()
+		}
 	}
 }

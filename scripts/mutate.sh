@@ -272,6 +272,10 @@ m stress-writes-into-any-store cmd/kdbtool/stress.go \
   'if len(names) == 0 && len(nss) == 0 {' 'if true {' \
   './cmd/kdbtool' "kdbtool stress writes its test values into an application's store (a key-value program's indexes, a broker's namespace)"
 
+m checkpointer-redundant-checkpoint checkpoint.go \
+  'if due := db.checkpointDue(timer); !due {' 'if due := db.checkpointDue(timer); !due && false {' \
+  '.' "the background checkpointer runs a checkpoint it saw due after waiting for one that took its place: a second checkpoint with nothing new, its fsyncs for nothing"
+
 m pagefile-dir-parents-not-durable pagefile/open.go \
   'vfs.MkdirAllDurable(f.fs, o.dir, 0o750)' 'f.fs.MkdirAll(o.dir, 0o750)' \
   './pagefile' "pagefile.Open creates a new store's directory without syncing new parents: a power loss right after loses the store, and the next Open creates it again"

@@ -38,8 +38,8 @@ func TestMain(m *testing.M) {
 		// KDBTOOL_TEST_PLANT_FREE_TMP=TARGET: once recover has the store
 		// open, plant a symbolic link to TARGET at db.free.tmp, where its
 		// closing checkpoint writes the free list. A background checkpoint
-		// (the one recovery asked for, which may run even after another
-		// took its place) may hold db.free.tmp for a moment: the link
+		// (the one recovery asked for) may hold db.free.tmp for a moment:
+		// the link
 		// failed with EEXIST, exit 98, about once in 20 runs under -race.
 		// So it is tried again until that checkpoint renamed its file.
 		if target := os.Getenv("KDBTOOL_TEST_PLANT_FREE_TMP"); target != "" {
