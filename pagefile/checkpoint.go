@@ -285,7 +285,7 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, redoDirSync bool) (*v
 	buf := f.ckBuf
 	head := encodeRedoHead(f.storeID, meta.ID, ps, meta.PageCount, positions)
 	if _, err := f.redo.WriteAt(head, 0); err != nil {
-		return nil, fmt.Errorf("pagefile: write %s: %w", f.redoName, err)
+		return nil, opErr("write", f.redoName, err)
 	}
 	sums := make([]byte, 8*len(positions))
 	err := b.writeRuns(buf, 0, len(positions), false, func(first int, images []byte) error {
@@ -304,10 +304,10 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, redoDirSync bool) (*v
 	trailer := redoTrailer(head, sums)
 	toff := int64(len(head)) + int64(len(positions))*int64(ps)
 	if _, err := f.redo.WriteAt(trailer, toff); err != nil {
-		return nil, fmt.Errorf("pagefile: write %s: %w", f.redoName, err)
+		return nil, opErr("write", f.redoName, err)
 	}
 	if err := f.redo.Truncate(toff + int64(len(trailer))); err != nil {
-		return nil, fmt.Errorf("pagefile: truncate %s: %w", f.redoName, err)
+		return nil, opErr("truncate", f.redoName, err)
 	}
 	if err := f.sync(f.redo, f.redoName); err != nil {
 		return nil, err
@@ -388,11 +388,11 @@ func (f *File) writeFreeFile(data []byte) error {
 	tmp := f.freeName + tmpSuffix
 	file, err := f.fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return fmt.Errorf("pagefile: create %s: %w", tmp, err)
+		return opErr("create", tmp, err)
 	}
 	if _, err := file.WriteAt(data, 0); err != nil {
 		_ = file.Close()
-		return fmt.Errorf("pagefile: write %s: %w", tmp, err)
+		return opErr("write", tmp, err)
 	}
 	if err := f.sync(file, tmp); err != nil {
 		_ = file.Close()
@@ -442,7 +442,7 @@ func (f *File) sync(file vfs.File, name string) error {
 		return nil
 	}
 	if err := file.Sync(); err != nil {
-		return fmt.Errorf("pagefile: sync %s: %w", name, err)
+		return opErr("sync", name, err)
 	}
 	return nil
 }

@@ -1,6 +1,10 @@
 package pagefile
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+)
 
 // Errors. Errors about bytes on disk wrap ErrCorrupt and name the file and
 // offset.
@@ -22,3 +26,14 @@ var (
 	// or a payload larger than PayloadSize. It is a caller error.
 	ErrOutOfRange = errors.New("pagefile: page out of range")
 )
+
+// opErr is the error of op on the file name: err, named "pagefile: op
+// name: err" unless err names that file already (an *fs.PathError does,
+// with its own op), so that the operator reads each path once.
+func opErr(op, name string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) && pe.Path == name {
+		return fmt.Errorf("pagefile: %w", err)
+	}
+	return fmt.Errorf("pagefile: %s %s: %w", op, name, err)
+}
