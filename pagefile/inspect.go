@@ -21,7 +21,9 @@ type Inspection struct {
 	// the highest page the batch writes if that is beyond it. A checkpoint
 	// that grows db.data writes and syncs db.redo first, so a crash before
 	// the grow leaves DataSize < Meta.PageCount pages and this at least
-	// that: recovery pending, not a cut page file.
+	// that: recovery pending, not a cut page file. A db.data shorter than
+	// the page count of the meta db.redo follows (Redo.RedoBasePageCount)
+	// was cut, and Open refuses to apply db.redo to it: this is DataSize.
 	DataSizeAfterRedo int64
 	Slots             [numMetaSlots]SlotInfo
 	// Meta is the meta Open would use: the newest intact slot, or the meta
@@ -94,11 +96,20 @@ func Inspect(fsys vfs.FS, dir string) (*Inspection, error) {
 		Redo:     *rep,
 	}
 	in.DataSizeAfterRedo = f.dataSize
-	f.mu.RLock()
-	for id := range f.mu.overlay {
-		in.DataSizeAfterRedo = max(in.DataSizeAfterRedo, (int64(id)+1)*int64(f.pageSize))
+	base := f.dataSize
+	if need := int64(rep.RedoBasePageCount) * int64(f.pageSize); rep.RedoApplied && base < need {
+		// Read again, after the meta (see opener.redo).
+		if size, err := f.data.Size(); err == nil {
+			base = size
+		}
 	}
-	f.mu.RUnlock()
+	if !rep.RedoApplied || base >= int64(rep.RedoBasePageCount)*int64(f.pageSize) {
+		f.mu.RLock()
+		for id := range f.mu.overlay {
+			in.DataSizeAfterRedo = max(in.DataSizeAfterRedo, (int64(id)+1)*int64(f.pageSize))
+		}
+		f.mu.RUnlock()
+	}
 	in.Redo.FreeListPath = ""
 	hdr := fileHeader{pageSize: f.pageSize, storeID: f.storeID}
 	buf := make([]byte, f.pageSize)

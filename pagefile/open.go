@@ -250,6 +250,23 @@ func (o *opener) readMeta() (Meta, int, error) {
 	return best, bestSlot, nil
 }
 
+// otherSlot returns the meta of the slot that is not slot, and its
+// number: the zero Meta if it is not intact.
+func (o *opener) otherSlot(slot int) (Meta, int) {
+	f := o.f
+	other := (slot + 1) % numMetaSlots
+	buf := make([]byte, f.pageSize)
+	off := int64(metaSlotPage+other) * int64(f.pageSize)
+	if err := readFull(f.data, buf, off); err != nil {
+		return Meta{}, other
+	}
+	m, err := decodeMeta(buf, other, o.hdr, f.dataName, off)
+	if err != nil {
+		return Meta{}, other
+	}
+	return m, other
+}
+
 // redo applies a complete db.redo at least as new as meta (overlays it when
 // ReadOnly) and returns the resulting meta and slot.
 func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
@@ -315,6 +332,36 @@ func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
 	if rep.RedoIgnored != "" {
 		f.opts.Logger.Warn("pagefile: db.redo ignored", "reason", rep.RedoIgnored)
 		return meta, slot, nil
+	}
+	// db.redo holds the pages its checkpoint wrote, not the ones before:
+	// db.data must hold the pages of the checkpoint it follows, as it did
+	// when that checkpoint began (nothing shrinks db.data). Shorter, it was
+	// cut, and the batch would write its pages into holes beside missing
+	// ones: a store that opens and then fails its page checks. The size is
+	// read again, after the meta: a read-only handle of a live store read
+	// it before a checkpoint that grew the file and wrote that meta.
+	//
+	// The checkpoint db.redo follows is the newest intact meta older than
+	// db.redo's: meta, or, when db.redo is meta's own checkpoint (a crash
+	// that kept its meta write and lost the file's growth, both unsynced),
+	// the other slot's, if intact.
+	base, baseSlot, ok := meta, slot, h.id.Seq > meta.Seq
+	if !ok {
+		base, baseSlot = o.otherSlot(slot)
+		ok = base.Seq > 0 && base.Seq < h.id.Seq
+	}
+	if ok {
+		rep.RedoBasePageCount = base.PageCount
+	}
+	if need := int64(base.PageCount) * int64(f.pageSize); ok && f.dataSize < need && !f.opts.ReadOnly {
+		size, err := f.data.Size()
+		if err != nil {
+			return meta, slot, fmt.Errorf("pagefile: size of %s: %w", f.dataName, err)
+		}
+		if size < need {
+			return meta, slot, fmt.Errorf("%w: %s: size %d < page count %d * page size %d of checkpoint %v (meta slot %d), which db.redo (checkpoint %v) follows: the file was cut (a checkpoint never shrinks it), and db.redo holds only the pages its own checkpoint wrote",
+				ErrCorrupt, f.dataName, size, base.PageCount, f.pageSize, base.ID, baseSlot, h.id)
+		}
 	}
 	newMeta, err := o.applyRedo(r, &h)
 	if err != nil {

@@ -22,6 +22,14 @@ type Report struct {
 	RedoApplied bool   // a complete db.redo at least as new as the meta was applied (or overlaid, ReadOnly)
 	RedoPages   int    // page images in it, the meta slot image included
 	RedoIgnored string // why a present db.redo was not applied ("" if applied or empty)
+	// RedoBasePageCount: with RedoApplied, the page count of the meta
+	// db.redo follows (the newest intact slot before it). db.data held
+	// that many pages before the interrupted checkpoint began (a
+	// checkpoint never shrinks it), and db.redo holds only the pages that
+	// checkpoint wrote: a db.data shorter than this was cut, and applying
+	// db.redo cannot make it whole (Open refuses it; ReadOnly overlays it
+	// and reports this for Inspect).
+	RedoBasePageCount uint64
 
 	FreeListPath string // FreeListTrusted, FreeListScanned or FreeListCreated
 	Reason       string // why the scan was taken ("" when trusted or created)

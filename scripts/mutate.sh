@@ -276,6 +276,13 @@ m checkpointer-redundant-checkpoint checkpoint.go \
   'if due := db.checkpointDue(timer); !due {' 'if due := db.checkpointDue(timer); !due && false {' \
   '.' "the background checkpointer runs a checkpoint it saw due after waiting for one that took its place: a second checkpoint with nothing new, its fsyncs for nothing"
 
+m redo-applied-to-a-cut-data-file pagefile/open.go \
+  'f.dataSize < need && !f.opts.ReadOnly {' 'f.dataSize < need && !f.opts.ReadOnly && false {' \
+  './pagefile ./cmd/kdbtool' "db.redo is applied to a db.data cut below the checkpoint it follows: recover writes its pages beside holes and exits 0, and the store then fails its page checks"
+m inspect-cut-data-file-recovery-pending pagefile/inspect.go \
+  'if !rep.RedoApplied || base >= int64(rep.RedoBasePageCount)*int64(f.pageSize) {' 'if true {' \
+  './pagefile ./cmd/kdbtool' "kdbtool inspect and check call a db.data cut below the checkpoint db.redo follows 'recovery pending' (exit 0), and repair plans to apply db.redo"
+
 m pagefile-dir-parents-not-durable pagefile/open.go \
   'vfs.MkdirAllDurable(f.fs, o.dir, 0o750)' 'f.fs.MkdirAll(o.dir, 0o750)' \
   './pagefile' "pagefile.Open creates a new store's directory without syncing new parents: a power loss right after loses the store, and the next Open creates it again"

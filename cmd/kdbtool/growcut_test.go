@@ -170,3 +170,61 @@ func TestCheck_GrowingCheckpointCutShortIsNotDamage(t *testing.T) {
 		}
 	}
 }
+
+// TestRecover_CutBelowTheCheckpointRedoFollowsIsDamage: the state above
+// (a complete db.redo waiting to be applied), with db.data then cut below
+// the page count of the checkpoint db.redo follows. db.redo holds only
+// the pages its own checkpoint wrote, so applying it cannot make the file
+// whole. Before, inspect warned "recovery pending" and exited 0, recover
+// applied db.redo into the holes and exited 0, and the store then failed
+// its page checks (an outside tester's truncate -s 8192 db.data). Now
+// inspect and check call it a cut page file, recover refuses it and
+// writes nothing, repair plans no db.redo, and its --rebuild-index brings
+// back every acknowledged key from the journal.
+func TestRecover_CutBelowTheCheckpointRedoFollowsIsDamage(t *testing.T) {
+	t.Parallel()
+	dir, acked := killedGrowingCheckpoint(t)
+	_, m := runJSON(t, "inspect", "--json", dir)
+	ps := int64(jget(t, m, "page_size").(float64))
+	if err := os.Truncate(filepath.Join(dir, "db.data"), 3*ps); err != nil { // header and both meta slots
+		t.Fatal(err)
+	}
+
+	code, m := runJSON(t, "inspect", "--json", dir)
+	probs := fmt.Sprint(m["problems"])
+	if code != exitProblems || strings.Contains(probs, "recovery pending") || !strings.Contains(probs, "the page file was cut") {
+		t.Errorf("inspect: exit %d, problems %s; want exit 1 and a cut page file", code, probs)
+	}
+	if code, out, errs := runTool(t, "check", dir); code == exitOK || strings.HasSuffix(out, "ok\n") {
+		t.Errorf("check: exit %d; want the damage reported\n%s%s", code, out, errs)
+	}
+	before := snapshotFiles(t, dir)
+	code, out, errs := runTool(t, "recover", dir)
+	if code != exitProblems || !strings.Contains(errs, "the file was cut") {
+		t.Errorf("recover: exit %d; want 1, the file was cut\n%s%s", code, out, errs)
+	}
+	after := snapshotFiles(t, dir)
+	for name, b := range before {
+		if name != "lock" && string(after[name]) != string(b) {
+			t.Errorf("recover changed %s of a store it refused", name)
+		}
+	}
+	code, out, errs = runTool(t, "repair", dir)
+	if code != exitProblems || strings.Contains(out, "apply db.redo") || !strings.Contains(out, "--rebuild-index") {
+		t.Errorf("repair (dry run): exit %d; want 1, no db.redo to apply, a rebuild advised\n%s%s", code, out, errs)
+	}
+	code, out, errs = runTool(t, "repair", "--apply", "--rebuild-index", dir)
+	if code != exitOK || !strings.Contains(out, "check ok true") {
+		t.Fatalf("repair --apply --rebuild-index: exit %d\n%s%s", code, out, errs)
+	}
+	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	for i := range acked {
+		if v, err := db.Get("grow", growKey(i)); err != nil || string(v) != string(growValue(i)) {
+			t.Fatalf("acknowledged key %d after the rebuild: %v", i, err)
+		}
+	}
+}

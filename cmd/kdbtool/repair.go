@@ -209,7 +209,9 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 			chk.Index.DamagedPages, chk.Index.FirstDamagedPage)})
 	}
 	out.Actions = append(out.Actions, moved...)
-	if in.Redo.WouldApply {
+	if in.Redo.WouldApply && !short {
+		// (Short, db.data was cut below the checkpoint db.redo follows:
+		// Open refuses to apply it, and only a rebuild can help.)
 		out.Actions = append(out.Actions, repairAction{actApplyRedo,
 			fmt.Sprintf("apply db.redo (%d page images) to complete an interrupted checkpoint", in.Redo.Pages)})
 	}
