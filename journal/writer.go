@@ -420,3 +420,35 @@ func (j *Journal) finish() {
 	j.publishLocked()
 	j.mu.Unlock()
 }
+
+// Mark writes a mark, a batch of one internal record (the close mark,
+// FORMAT.md §4.4), after every record written so far, makes it durable and
+// returns its location. That location is a replay position past
+// everything before it, damage included: a caller that skipped damaged
+// records (SkipDamaged) and applied the rest records it as its replay
+// position at its next checkpoint, so that later Opens, which verify from
+// the replay position on, no longer meet the damage. Before the mark, the
+// segment is synced, so the mark's synced field covers every earlier byte
+// (as Close's does).
+func (j *Journal) Mark() (Location, error) {
+	if j.opts.ReadOnly {
+		return Location{}, ErrReadOnly
+	}
+	if err := j.Sync(); err != nil {
+		return Location{}, err
+	}
+	j.wmu.Lock()
+	if err := j.writable(false); err != nil {
+		j.wmu.Unlock()
+		return Location{}, err
+	}
+	locs, end, err := j.writeBatch([]Record{{Type: typeCloseMark}}, frameSize(0))
+	j.wmu.Unlock()
+	if err != nil {
+		return Location{}, err
+	}
+	if err := j.SyncTo(end); err != nil {
+		return Location{}, err
+	}
+	return locs[0], nil
+}

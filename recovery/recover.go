@@ -238,10 +238,26 @@ func Run(dir string, o Options) (*State, *Report, error) {
 		}
 	}
 
+	// Damage skipped (SkipDamaged): the journal's replay position may
+	// still lie before it, or name the damaged batch itself (the last one
+	// a checkpoint reflects), and every later Open without SkipDamaged,
+	// verifying from that position, would fail on it again: a store the
+	// operator accepted the loss for, and still cannot open. Everything
+	// else was replayed, so a journal mark after it all is the replay
+	// position of the recovery checkpoint.
+	marked := false
+	if !o.ReadOnly && rp != nil && len(rep.Journal.Skipped) > 0 {
+		loc, err := j.Mark()
+		if err != nil {
+			return fail(fmt.Errorf("recovery: journal: a mark after the damage skipped: %w", err))
+		}
+		st.LastApplied, marked = loc, true
+	}
+
 	rep.FreeListProof = pf.FreeListProof()
 	rep.NeedsCheckpoint = !o.ReadOnly && (rep.RecordsReplayed > 0 || rep.PageFile.RedoApplied ||
 		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0 ||
-		rep.FreeListProof.Lies > 0)
+		rep.FreeListProof.Lies > 0 || marked)
 	rep.TotalDuration = time.Since(start)
 
 	if o.Recovered != nil {

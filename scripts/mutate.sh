@@ -283,6 +283,10 @@ m inspect-cut-data-file-recovery-pending pagefile/inspect.go \
   'if !rep.RedoApplied || base >= int64(rep.RedoBasePageCount)*int64(f.pageSize) {' 'if true {' \
   './pagefile ./cmd/kdbtool' "kdbtool inspect and check call a db.data cut below the checkpoint db.redo follows 'recovery pending' (exit 0), and repair plans to apply db.redo"
 
+m skip-damaged-no-mark recovery/recover.go \
+  'if !o.ReadOnly && rp != nil && len(rep.Journal.Skipped) > 0 {' 'if !o.ReadOnly && rp != nil && len(rep.Journal.Skipped) > 0 && false {' \
+  './recovery .' "a recovery that skipped journal damage leaves the replay position on it: every later plain Open fails on the same damage (kdbtool recover --skip-damaged exits 0 over a store the application cannot open)"
+
 m pagefile-dir-parents-not-durable pagefile/open.go \
   'vfs.MkdirAllDurable(f.fs, o.dir, 0o750)' 'f.fs.MkdirAll(o.dir, 0o750)' \
   './pagefile' "pagefile.Open creates a new store's directory without syncing new parents: a power loss right after loses the store, and the next Open creates it again"
