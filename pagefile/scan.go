@@ -66,8 +66,9 @@ func (o *opener) scan(meta Meta) (*freeList, error) {
 				return nil, err
 			}
 			if f.opts.ReadOnly && h.checkpoint > meta.Seq {
-				// A checkpoint of the writing process rewrote it in place.
-				return nil, fmt.Errorf("%w: %s@%d: %v written by checkpoint %d, after meta %d", ErrStale, name, boff, pid, h.checkpoint, meta.Seq)
+				// A checkpoint of the writing process rewrote it in place,
+				// or, if none ran, that checkpoint's meta is lost.
+				return nil, f.newerPageErr(boff, pid, h.checkpoint, meta.Seq)
 			}
 			o.rep.PagesScanned++
 			if h.typ == PageFree {

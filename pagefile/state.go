@@ -104,6 +104,22 @@ func (f *File) staleOr(err error) error {
 	return fmt.Errorf("%w: %v", ErrStale, err)
 }
 
+// newerPageErr is the error of a ReadOnly read that met page id (at off of
+// db.data) written by checkpoint ck, newer than the handle's meta seq. While
+// the store's State differs from the one read at open, a checkpoint of the
+// writing process wrote it in place: ErrStale, retry. While it does not,
+// no checkpoint has written in place since (State), and the page belongs
+// to a checkpoint whose meta slot is lost (damaged, with no db.redo to
+// restore it): ErrCorrupt, which every retry would meet again (an outside
+// tester's flipped byte in the newest meta slot and a removed db.redo:
+// twenty "store changed" retries, reported as an I/O error, exit 3).
+func (f *File) newerPageErr(off int64, id PageID, ck, seq uint64) error {
+	if f.roStateOK && !f.Changed() {
+		return fmt.Errorf("%w: %s@%d: %v written by checkpoint %d, newer than the meta's %d, while no checkpoint ran: the meta slot of that checkpoint is lost (damaged, and no db.redo restores it)", ErrCorrupt, f.dataName, off, id, ck, seq)
+	}
+	return fmt.Errorf("%w: %s@%d: %v written by checkpoint %d, after this handle's %d", ErrStale, f.dataName, off, id, ck, seq)
+}
+
 // readSnapshotLocked is Read of a clean page for a ReadOnly handle: another
 // process may rewrite any page in place at its next checkpoint, so the page
 // is copied out of the mapping (or read) and checked on every read, and a
@@ -133,7 +149,7 @@ func (f *File) readSnapshotLocked(id PageID) (PageType, []byte, error) {
 		return 0, nil, f.staleOr(err)
 	}
 	if h.checkpoint > f.mu.meta.Seq {
-		return 0, nil, fmt.Errorf("%w: %s@%d: %v written by checkpoint %d, after this handle's %d", ErrStale, f.dataName, off, id, h.checkpoint, f.mu.meta.Seq)
+		return 0, nil, f.newerPageErr(off, id, h.checkpoint, f.mu.meta.Seq)
 	}
 	f.roCache.Lock()
 	if f.roCache.m == nil {

@@ -287,6 +287,10 @@ m skip-damaged-no-mark recovery/recover.go \
   'if !o.ReadOnly && rp != nil && len(rep.Journal.Skipped) > 0 {' 'if !o.ReadOnly && rp != nil && len(rep.Journal.Skipped) > 0 && false {' \
   './recovery .' "a recovery that skipped journal damage leaves the replay position on it: every later plain Open fails on the same damage (kdbtool recover --skip-damaged exits 0 over a store the application cannot open)"
 
+m newer-page-always-stale pagefile/state.go \
+  'if f.roStateOK && !f.Changed() {' 'if f.roStateOK && !f.Changed() && false {' \
+  './pagefile ./cmd/kdbtool' "a read-only handle takes a page of a checkpoint whose meta slot is lost for a live writer's (ErrStale) while nothing changed: kdbtool inspect, check and repair retry for 20 s, then call the store unreadable (exit 3) and plan nothing"
+
 m pagefile-dir-parents-not-durable pagefile/open.go \
   'vfs.MkdirAllDurable(f.fs, o.dir, 0o750)' 'f.fs.MkdirAll(o.dir, 0o750)' \
   './pagefile' "pagefile.Open creates a new store's directory without syncing new parents: a power loss right after loses the store, and the next Open creates it again"
