@@ -204,6 +204,11 @@ func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ er
 			seg, err = j.openUnverified(id)
 			rep.Unverified++
 		}
+		if errors.Is(err, errUnsealed) && !last {
+			// Name the later file: a stray one (a copy, a file of another
+			// store) is the likelier cause than a lost seal.
+			err = fmt.Errorf("%w (%s): if %s is not this store's (a copied or stray file), move it out of the store's directory", err, ids[i+1], ids[i+1])
+		}
 		if err != nil {
 			return segs, 0, err
 		}
@@ -234,6 +239,10 @@ func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ er
 	}
 	return segs, nextID, nil
 }
+
+// errUnsealed is the damage of a segment that ends without a seal while a
+// later segment exists (only the last segment may be unsealed).
+var errUnsealed = errors.New("segment ends without a seal, and a later segment exists")
 
 // missingNeeded checks the segments found (ids, ascending) against
 // Options.Need: it returns the missing ones as Damage if SkipDamaged, else
@@ -764,7 +773,7 @@ func (j *Journal) scanRecords(seg *segment, r *chunkReader, last bool, startOff 
 				// and new records go to a new segment after it.
 				forceSeal = true
 			} else if clean {
-				err = fmt.Errorf("%w: %s: segment ends without a seal, and a later segment exists", ErrCorrupt, Location{id, off})
+				err = fmt.Errorf("%w: %s: %w", ErrCorrupt, Location{id, off}, errUnsealed)
 			} else if durable {
 				err = fmt.Errorf("%w (a later record proves the bytes from %s were durable)", err, Location{id, damageStart})
 			} else if !last {
