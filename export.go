@@ -2,6 +2,7 @@ package kdb
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
@@ -583,6 +584,7 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 		records uint64
 		empty   [][]byte // trees that hold no key
 		treeNew bool     // the current tree has had no key yet
+		lastKey []byte   // the current tree's last key
 	)
 	flush := func() error {
 		if len(ops) == 0 {
@@ -619,10 +621,17 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 				at = rec
 				return rep, corrupt("%v", err)
 			}
+			if tree != nil && bytes.Compare(name, tree) <= 0 {
+				// Export writes each tree once, in name order: a
+				// repeated or out-of-order tree is no snapshot it wrote
+				// (its keys would merge into the earlier tree's).
+				at = rec
+				return rep, corrupt("tree %q after tree %q: trees are in name order, each once", name, tree)
+			}
 			if treeNew {
 				empty = append(empty, tree)
 			}
-			tree, treeNew = name, true
+			tree, treeNew, lastKey = name, true, nil
 			rep.Trees++
 		case exportKV:
 			if tree == nil {
@@ -641,6 +650,14 @@ func (db *DB) importFrom(r io.Reader) (*ExportReport, error) {
 				at = rec
 				return rep, corrupt("key of %d bytes, value of %d bytes", len(k), len(v))
 			}
+			if lastKey != nil && bytes.Compare(k, lastKey) <= 0 {
+				// Export writes a tree's keys in key order, each once: a
+				// repeated key would be imported with its last value
+				// only, silently.
+				at = rec
+				return rep, corrupt("tree %q: key %q after key %q: keys are in order, each once", tree, k, lastKey)
+			}
+			lastKey = k
 			ops = append(ops, op{kind: opPut, tree: tree, key: k, value: v})
 			treeNew = false
 			size += len(tree) + len(k) + len(v) + 64

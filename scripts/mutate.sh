@@ -291,6 +291,10 @@ m newer-page-always-stale pagefile/state.go \
   'if f.roStateOK && !f.Changed() {' 'if f.roStateOK && !f.Changed() && false {' \
   './pagefile ./cmd/kdbtool' "a read-only handle takes a page of a checkpoint whose meta slot is lost for a live writer's (ErrStale) while nothing changed: kdbtool inspect, check and repair retry for 20 s, then call the store unreadable (exit 3) and plan nothing"
 
+m import-keys-any-order export.go \
+  'if lastKey != nil && bytes.Compare(k, lastKey) <= 0 {' 'if lastKey != nil && bytes.Compare(k, lastKey) <= 0 && false {' \
+  '.' "kdb.Import takes a snapshot whose keys repeat or come out of order (a valid trailer): a repeated key imported with its last value only, exit 0"
+
 m pagefile-dir-parents-not-durable pagefile/open.go \
   'vfs.MkdirAllDurable(f.fs, o.dir, 0o750)' 'f.fs.MkdirAll(o.dir, 0o750)' \
   './pagefile' "pagefile.Open creates a new store's directory without syncing new parents: a power loss right after loses the store, and the next Open creates it again"
