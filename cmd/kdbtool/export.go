@@ -110,6 +110,13 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	if err := pathArg(fs, "FILE", file); err != nil {
 		return argsFailed(fs, stdout, err)
 	}
+	if file == "-" {
+		// Not standard output: a run spoiled by a live checkpoint is
+		// retried from the start (retryLive), and a pipe cannot take back
+		// what the spoiled run wrote. Before, this wrote a file named "-".
+		err := errors.New("FILE - (standard output) is not supported: export writes the snapshot to a temporary file beside FILE and renames it into place; name a file (kdbtool import reads - from standard input)")
+		return failed(stdout, stderr, "export", *asJSON, "", err, exitUsage)
+	}
 	if err := storeExists(dir); err != nil {
 		return failed(stdout, stderr, "export", *asJSON, "", err, exitFor(err))
 	}
@@ -351,7 +358,7 @@ func (h *hookWriter) Write(p []byte) (int, error) {
 }
 
 func runImport(args []string, stdout, stderr io.Writer) int {
-	fs := newFlags("import", "FILE DIR", stderr)
+	fs := newFlags("import", "FILE DIR (FILE - for standard input)", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
@@ -370,9 +377,12 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 		err := fmt.Errorf("%s already holds a store; import creates a new one", dir)
 		return failed(stdout, stderr, "import", *asJSON, "", err, exitProblems)
 	}
-	f, err := os.Open(file)
-	if err != nil {
-		return failed(stdout, stderr, "import", *asJSON, "", err, exitIO)
+	f := os.Stdin // FILE -: the snapshot comes through a pipe
+	if file != "-" {
+		var err error
+		if f, err = os.Open(file); err != nil {
+			return failed(stdout, stderr, "import", *asJSON, "", err, exitIO)
+		}
 	}
 	defer f.Close()
 	// ctrl-C (or SIGTERM) stops the import at its next read of FILE (a
