@@ -95,6 +95,50 @@ func TestStore_StoreLogsNilEntry(t *testing.T) {
 	}
 }
 
+// TestStore_NilArguments: nil where a pointer is wanted is an error wrapping
+// kdb.ErrInvalid, never a panic: New with a nil db and GetLog with a nil
+// *raft.Log (on an absent and on a present index) panicked with a nil
+// pointer dereference; StoreLog of a nil entry stores nothing.
+func TestStore_NilArguments(t *testing.T) {
+	call := func(name string, fn func() error) {
+		t.Helper()
+		var err error
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("%s panicked: %v", name, r)
+				}
+			}()
+			err = fn()
+		}()
+		if !errors.Is(err, kdb.ErrInvalid) {
+			t.Fatalf("%s: %v, want kdb.ErrInvalid", name, err)
+		}
+	}
+	call("New(nil, \"raft\")", func() error {
+		s, err := New(nil, DefaultNamespace)
+		if s != nil {
+			t.Errorf("New(nil, ...) returned a Store")
+		}
+		return err
+	})
+	s := openMem(t, vfs.NewMem(), nil)
+	defer s.Close()
+	call("GetLog(1, nil) on an empty log", func() error { return s.GetLog(1, nil) })
+	call("StoreLog(nil)", func() error { return s.StoreLog(nil) })
+	if f, l := bounds(t, s); f != 0 || l != 0 {
+		t.Fatalf("after StoreLog(nil): first %d last %d", f, l)
+	}
+	if err := s.StoreLog(entry(1, 1, 10)); err != nil {
+		t.Fatal(err)
+	}
+	call("GetLog(1, nil) on a stored entry", func() error { return s.GetLog(1, nil) })
+	var got raft.Log
+	if err := s.GetLog(1, &got); err != nil || !sameLog(&got, entry(1, 1, 10)) {
+		t.Fatalf("GetLog(1) after the nil calls: %+v, %v", got, err)
+	}
+}
+
 // TestStore_OneStorePerNamespace: a second Store on a namespace whose Store
 // is open is refused (each caches the log's bounds and would not see the
 // other's writes: the second's LastIndex stayed 0 after the first stored

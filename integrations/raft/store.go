@@ -76,11 +76,15 @@ func Open(dir string, opts *kdb.Options) (*Store, error) {
 }
 
 // New returns a Store in namespace ns of an open kdb store, which the caller
-// keeps using for its own data (an FSM's, say) and closes itself. One Store
+// keeps using for its own data (an FSM's, say) and closes itself. A nil db
+// is an error wrapping kdb.ErrInvalid. One Store
 // at a time per namespace: a second New for a namespace whose Store is not
 // closed returns an error wrapping kdb.ErrInvalid (each Store keeps the
 // log's bounds in memory, and would not see the other's writes).
 func New(db *kdb.DB, ns string) (*Store, error) {
+	if db == nil {
+		return nil, fmt.Errorf("raftkdb: New: nil *kdb.DB (open the kdb store first, or use Open): %w", kdb.ErrInvalid)
+	}
 	n, err := db.Namespace(ns)
 	if err != nil {
 		return nil, err
@@ -203,9 +207,13 @@ func (s *Store) LastIndex() (uint64, error) {
 }
 
 // GetLog reads the entry at index into log; raft.ErrLogNotFound if absent.
+// A nil log is an error wrapping kdb.ErrInvalid.
 func (s *Store) GetLog(index uint64, log *raft.Log) error {
 	if s.closed.Load() {
 		return errClosed("GetLog")
+	}
+	if log == nil {
+		return fmt.Errorf("raftkdb: GetLog(%d): nil *raft.Log to read into: %w", index, kdb.ErrInvalid)
 	}
 	v, err := s.ns.Get(logIndex, logKey(index))
 	if errors.Is(err, kdb.ErrNotFound) {
@@ -235,7 +243,8 @@ func (s *Store) MaxEntrySize() int {
 	return min(kdb.MaxValueSize, s.db.MaxBatchSize()-(32+len(s.tree)+8))
 }
 
-// StoreLog stores one entry.
+// StoreLog stores one entry; a nil one is an error wrapping kdb.ErrInvalid
+// (see StoreLogs).
 func (s *Store) StoreLog(log *raft.Log) error {
 	return s.StoreLogs([]*raft.Log{log})
 }

@@ -66,7 +66,12 @@
 //     hold a put of MaxPutSize: the default fits a store with kdb's default
 //     SegmentSize (32 MiB) or larger; a store with smaller segments needs a
 //     smaller MaxPutSize, given to every node. A node that would refuse
-//     puts the others apply does not start.
+//     puts the others apply does not start. It refuses too, naming the
+//     largest allowed, a MaxPutSize whose put's raft entry is over the
+//     MaxEntrySize of the raft log given to Open (raftkdb.Store; at most
+//     MaxEntrySize less 46 bytes, so 8 MiB less 46 with kdb's MaxValueSize
+//     entries): raft could not log such a put, and the leader would step
+//     down on it instead of answering it.
 //   - Open refuses an Options.MaxPutSize other than the recorded one: a node
 //     that changed the limit alone would apply the log differently from the
 //     others, and there is no entry that changes it on every node at one
@@ -79,8 +84,8 @@
 //     (Open says which).
 //   - Restore adopts the snapshot's limit with its state: the node the
 //     snapshot came from applies the entries after it under that limit, and
-//     now so does this one. A store whose batches cannot hold a put of the
-//     snapshot's limit refuses the snapshot (kdb.ErrInvalid, naming both
+//     now so does this one. A store whose batches (or raft log) cannot
+//     hold a put of the snapshot's limit refuses the snapshot (kdb.ErrInvalid, naming both
 //     figures) before it writes anything, as Open would refuse it. A
 //     snapshot without a limit (an older kvfsm's) leaves the FSM's own. A
 //     node that adopted another limit than its Options.MaxPutSize is

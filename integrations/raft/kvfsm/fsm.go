@@ -48,7 +48,9 @@ type Options struct {
 	// is a setting of the cluster, not of a node: Open records it in the
 	// FSM's meta at the first open, a snapshot carries it, and Open
 	// refuses a store that cannot hold a put of this size or that recorded
-	// another (see "Sizes" in the package doc). 1 to kdb.MaxValueSize.
+	// another, and a raftkdb log that cannot hold the raft entry of such a
+	// put (see "Sizes" in the package doc). 1 to kdb.MaxValueSize; with a
+	// raftkdb log, at most its MaxEntrySize less 46 (8 MiB less 46 bytes).
 	// Default: the one recorded in the store, or for a store without one,
 	// DefaultMaxPutSize.
 	MaxPutSize int
@@ -145,8 +147,12 @@ func dataIndex(gen uint64) string { return "d" + strconv.FormatUint(gen, 10) }
 // with an error wrapping kdb.ErrInvalid and before it writes anything, an
 // opts.MaxPutSize other than the recorded one (a node cannot change the
 // cluster's limit alone: it would apply the same log differently from the
-// others), and a store whose batches cannot hold a put of MaxPutSize (its
-// SegmentSize too small): that node would refuse puts the others apply.
+// others), a store whose batches cannot hold a put of MaxPutSize (its
+// SegmentSize too small): that node would refuse puts the others apply,
+// and a log whose entries cannot hold a put of MaxPutSize (log has a
+// MaxEntrySize method, as raftkdb.Store does, under MaxPutSize plus 46
+// bytes): raft could not log such a put, and its leader would step down
+// instead of answering it. The error says the largest MaxPutSize allowed.
 //
 // A node that runs raft with Config.NoSnapshotRestoreOnStart must call
 // CatchUp before raft.NewRaft.
@@ -174,7 +180,7 @@ func Open(db *kdb.DB, log raft.LogStore, opts Options) (*FSM, error) {
 			"or from the last snapshot it restored): the limit is the cluster's and a node cannot change it alone; "+
 			"leave MaxPutSize unset to use the recorded one: %w", opts.MaxPutSize, recorded, kdb.ErrInvalid)
 	}
-	if err := fits(db, limit, from); err != nil {
+	if err := fits(db, log, limit, from); err != nil {
 		return nil, err
 	}
 	if err := removeRestoreDir(restoreDir(db)); err != nil {
@@ -215,9 +221,10 @@ func Open(db *kdb.DB, log raft.LogStore, opts Options) (*FSM, error) {
 }
 
 // fits returns an error wrapping kdb.ErrInvalid unless one kdb batch of db
-// takes a put of limit bytes (key and value); from says where the limit
-// came from.
-func fits(db *kdb.DB, limit int, from string) error {
+// takes a put of limit bytes (key and value) and, when log says how large
+// an entry it stores (raftkdb.Store.MaxEntrySize), log stores the raft entry
+// of such a put; from says where the limit came from.
+func fits(db *kdb.DB, log raft.LogStore, limit int, from string) error {
 	maxBatch := db.MaxBatchSize()
 	if n := batchCost(limit); n > maxBatch {
 		return fmt.Errorf("kvfsm: MaxPutSize %d (%s): a put of that size takes %d bytes of a kdb batch, over what one batch of this store takes "+
@@ -225,8 +232,31 @@ func fits(db *kdb.DB, limit int, from string) error {
 			"or give the whole cluster a MaxPutSize of at most %d: %w",
 			limit, from, n, maxBatch, 4*n, maxBatch-putOverhead, kdb.ErrInvalid)
 	}
+	if l, ok := log.(entrySizer); ok {
+		if maxEntry := l.MaxEntrySize(); limit+entryOverhead > maxEntry {
+			return fmt.Errorf("kvfsm: MaxPutSize %d (%s): the raft log entry of a put of that size takes up to %d bytes, over the log store's "+
+				"MaxEntrySize %d: raft could not log such a put (its leader would step down instead of answering it); "+
+				"give the whole cluster a MaxPutSize of at most %d: %w",
+				limit, from, limit+entryOverhead, maxEntry, maxEntry-entryOverhead, kdb.ErrInvalid)
+		}
+	}
 	return nil
 }
+
+// entrySizer is a raft.LogStore that says the largest encoded entry it
+// stores: raftkdb.Store.
+type entrySizer interface{ MaxEntrySize() int }
+
+// entryOverhead bounds what the raft log entry of a put takes besides its
+// key and value: the command's op byte and key length (a uvarint of at
+// most kdb.MaxKeySize: 2 bytes), and what raftkdb's encoding adds to an
+// entry's Data and Extensions, at most 43 bytes (see
+// raftkdb.Store.MaxEntrySize).
+const entryOverhead = 1 + 2 + 43
+
+// A key's length takes at most 2 bytes of uvarint (entryOverhead): this
+// constant does not compile if kdb.MaxKeySize grows past 16383.
+const _ = uint(1<<14 - 1 - kdb.MaxKeySize)
 
 // restoreDir is the directory, beside db's, where Restore imports a
 // snapshot: the scratch store, and kdb.Import's temporary directory and
@@ -596,8 +626,9 @@ func (snapshot) Release() {}
 // recorded by the node it came from), recording it with the new state; a
 // snapshot without one (from a node that predates the limit) leaves this
 // FSM's. A snapshot that does not import (damaged: kdb.ErrCorrupt), whose
-// MaxPutSize this store's batches cannot hold (kdb.ErrInvalid, naming both
-// figures, as Open would refuse the store with that limit) or that holds a
+// MaxPutSize this store's batches or raft log cannot hold (kdb.ErrInvalid,
+// naming both figures, as Open would refuse the store with that limit) or
+// that holds a
 // value over what one kdb batch of this store takes (kdb.ErrInvalid,
 // naming the key and the sizes; see "Sizes" in the package doc) is refused
 // before anything of the FSM's state is written. On return (nil) the new
@@ -631,10 +662,10 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	}
 	// The snapshot's MaxPutSize is the cluster's: this FSM adopts it, so
 	// that it applies the entries after the snapshot as the node it came
-	// from does. A store that cannot hold a put of that size refuses the
-	// snapshot, as Open would refuse it with that limit.
+	// from does. A store (or raft log) that cannot hold a put of that size
+	// refuses the snapshot, as Open would refuse it with that limit.
 	if srcMaxPut != 0 {
-		if err := fits(f.db, srcMaxPut, "the snapshot's"); err != nil {
+		if err := fits(f.db, f.log, srcMaxPut, "the snapshot's"); err != nil {
 			return fmt.Errorf("kvfsm: snapshot at applied index %d: nothing restored: %w", applied, err)
 		}
 	}
