@@ -96,14 +96,15 @@ func Inspect(fsys vfs.FS, dir string) (*Inspection, error) {
 		Redo:     *rep,
 	}
 	in.DataSizeAfterRedo = f.dataSize
-	base := f.dataSize
-	if need := int64(rep.RedoBasePageCount) * int64(f.pageSize); rep.RedoApplied && base < need {
+	// need is 0 unless a db.redo is overlaid over a known older checkpoint.
+	base, need := f.dataSize, int64(rep.RedoBasePageCount)*int64(f.pageSize)
+	if base < need {
 		// Read again, after the meta (see opener.redo).
 		if size, err := f.data.Size(); err == nil {
 			base = size
 		}
 	}
-	if !rep.RedoApplied || base >= int64(rep.RedoBasePageCount)*int64(f.pageSize) {
+	if base >= need {
 		f.mu.RLock()
 		for id := range f.mu.overlay {
 			in.DataSizeAfterRedo = max(in.DataSizeAfterRedo, (int64(id)+1)*int64(f.pageSize))
