@@ -124,8 +124,11 @@ m mem-prune-ignores-late-readers mem.go \
   $'\treturn from <= m.start && m.start < to, i < len(m.views)' $'\treturn false, i < len(m.views)' \
   '.' "the applier unlinks versions a View that registered during the group may still read"
 m mem-revisit-drops-tombstone mem.go \
-  $'\t\tif v.val == nil && !v.below && !kept {\n\t\t\tn.vers.Store(nil)\n\t\t\ta.n.Add(-1)' $'\t\tif v.val == nil && !kept {\n\t\t\tn.vers.Store(nil)\n\t\t\ta.n.Add(-1)' \
+  $'\tif v.val == nil && !v.below && !kept {\n\t\tn.vers.Store(nil)\n\t\ta.n.Add(-1)' $'\tif v.val == nil && !kept {\n\t\tn.vers.Store(nil)\n\t\ta.n.Add(-1)' \
   '.' "the next group's second pruning unlinks a delete whose key has a value in the frozen table or the index (the value comes back)"
+m mem-held-never-pruned mem.go \
+  'held = held || byView' 'held = held && byView' \
+  '.' "versions kept for a registered View stay until the next checkpoint after it ended (with many writers some View always runs: the tables grow ~100-fold and checkpoints come that much more often)"
 m unsynced-records-unreadable journal/reader.go \
   'end := max(seg.end, seg.written)' 'end := seg.end' \
   './journal .' "a record applied before its fdatasync (NoSync, AckAsync, a compaction move) reads as corrupt until the next sync"
