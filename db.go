@@ -128,7 +128,22 @@ func open(dir string, opts *Options) (*DB, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
+	if dir == "" {
+		return nil, fmt.Errorf("%w: Open: empty directory name (\".\" names the current one)", ErrInvalid)
+	}
 	dir = filepath.Clean(dir)
+	if o.FS == vfs.OS && !filepath.IsAbs(dir) {
+		// The store's files are opened again by name at every new segment,
+		// checkpoint and journal GC: a relative name would follow the
+		// process's working directory, and after a Chdir the handle would
+		// write its segments and db.free into another directory (another
+		// store's), both stores then failing to open.
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, fmt.Errorf("kdb: open %s: %w", dir, err)
+		}
+		dir = abs
+	}
 	archive := o.ArchiveDir
 	if archive != "" {
 		var err error
@@ -392,7 +407,9 @@ func (db *DB) unlock() {
 	}
 }
 
-// Dir returns the store's directory.
+// Dir returns the store's directory: on the OS's file system an absolute
+// path (a relative one given to Open is taken from the working directory
+// at Open).
 func (db *DB) Dir() string { return db.dir }
 
 // Sync makes every write applied so far durable: the commits of

@@ -194,6 +194,13 @@ func Import(dir string, r io.Reader, opts *Options) (*ExportReport, error) {
 			}
 			dir = real
 		}
+		// Absolute, as Open's: the import's files are created by name
+		// over many calls, which a Chdir meanwhile would scatter.
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return nil, fmt.Errorf("kdb: Import %s: %w", dir, err)
+		}
+		dir = abs
 	}
 	if err := importTarget(fsys, dir); err != nil {
 		return nil, err
