@@ -143,11 +143,13 @@ func (db *DB) commitHost(ops []op, async, own, deferred bool) error {
 		return err
 	}
 	var pre []*commitReq
-	if deferred {
-		pre = db.runDeferred(db.takeDeferred(), true)
-	}
-	req, err := db.submit(ops, async, own)
-	db.txMu.Unlock()
+	req, err := func() (*commitReq, error) {
+		defer db.txMu.Unlock() // deferred: see runDeferred
+		if deferred {
+			pre = db.runDeferred(db.takeDeferred(), true)
+		}
+		return db.submit(ops, async, own)
+	}()
 	// The deferred transactions' outcomes go to their done functions; a
 	// failed commit fails the handle, and so this write too.
 	_ = db.waitAll(pre)

@@ -95,8 +95,11 @@ func (db *DB) Defer(fn func(tx *Txn) error, done func(err error)) error {
 // others);
 // a panic in fn is that error (wrapping ErrInvalid, logged with the stack):
 // fn runs in another caller's write or on a timer, where the panic would
-// reach a caller that has nothing to do with it. A panic in done is logged
-// and goes no further.
+// reach a caller that has nothing to do with it. runtime.Goexit in fn (as
+// t.FailNow and t.Fatal call) cannot be stopped: it ends the goroutine that
+// runs fn, that other caller's or the timer's, and fn's done gets an error
+// wrapping ErrInvalid; the store goes on. A panic in done is logged and
+// goes no further.
 // done, if not nil, is called once: by the goroutine that waited for the
 // commit, with nil after fn's writes are applied (readers see them;
 // durable with that commit, or with the next synced one or within
@@ -183,15 +186,32 @@ const maxDeferred = 1024
 // where a panic would reach a caller that has nothing to do with it, or
 // end the process. Its writes are discarded and done receives the error,
 // as for any failing deferred function.
+//
+// runtime.Goexit (t.FailNow, t.Fatal) cannot be stopped: it ends the
+// goroutine that hosts the function. callFn marks tx (goexit), and the
+// host's cleanup (runDeferred's, runFolded's) answers that function with
+// errGoexit, not running it again, releases what the host holds and
+// leaves the other deferred transactions queued or waited for, so that
+// the DB goes on.
 func (db *DB) callFn(fn func(tx *Txn) error, tx *Txn) (err error) {
+	returned := false
 	defer func() {
 		if r := recover(); r != nil {
 			db.opts.Logger.Error("kdb: a deferred transaction's function panicked", "panic", r, "stack", string(debug.Stack()))
 			err = fmt.Errorf("%w: Defer: the function panicked: %v", ErrInvalid, r)
+		} else if !returned {
+			db.opts.Logger.Error("kdb: a deferred transaction's function called runtime.Goexit: the goroutine hosting it ends", "stack", string(debug.Stack()))
+			tx.goexit = true
 		}
 	}()
-	return fn(tx)
+	err = fn(tx)
+	returned = true
+	return err
 }
+
+// errGoexit answers a deferred transaction whose function called
+// runtime.Goexit.
+var errGoexit = fmt.Errorf("%w: Defer: the function called runtime.Goexit (t.FailNow, t.Fatal?): it ended the goroutine that ran it, another caller's write or the timer's", ErrInvalid)
 
 // callDone calls a deferred transaction's done with err; a panic in it is
 // logged with the stack and goes no further (see callFn).
@@ -328,7 +348,20 @@ func foldable(fns []deferredTxn, prefix string) bool {
 // done is called at once.
 func (tx *Txn) runFolded() {
 	noSync := tx.noSync
-	for i := range tx.folded {
+	i := 0
+	defer func() {
+		if tx.goexit {
+			// Its function ended the host's goroutine: answered here, so
+			// that the host's cleanup (requeueDeferred of tx.unfolded())
+			// does not run it again in the next host.
+			d := &tx.folded[i]
+			if d.done != nil {
+				d.done(errGoexit)
+			}
+			d.fn, d.done = nil, nil
+		}
+	}()
+	for i = range tx.folded {
 		d := &tx.folded[i]
 		m := tx.mark()
 		tx.frozen = m.ops
@@ -399,7 +432,11 @@ func (tx *Txn) rollback(m txnMark) {
 // runDeferred runs fns, each as an ordered transaction of its own, and
 // queues their batches (async: without an fsync of their own, made
 // durable by the next synced commit), returning the requests to wait for.
-// The caller holds writeMu (shared or exclusively) and txMu.
+// The caller holds writeMu (shared or exclusively) and txMu, and unlocks
+// them in defers: if a function calls runtime.Goexit, which ends the
+// caller's goroutine (see callFn), runDeferred answers that function with
+// errGoexit, puts the ones after it back in the queue and has the requests
+// it queued waited for, and the caller's defers release the locks.
 func (db *DB) runDeferred(fns []deferredTxn, async bool) []*commitReq {
 	if len(fns) == 0 {
 		return nil
@@ -409,9 +446,24 @@ func (db *DB) runDeferred(fns []deferredTxn, async bool) []*commitReq {
 		defer db.leaveFn()
 	}
 	var reqs []*commitReq
-	for i, d := range fns {
+	var tx *Txn
+	i := 0
+	defer func() {
+		if tx != nil && tx.goexit {
+			if d := fns[i]; d.done != nil {
+				d.done(errGoexit)
+			}
+			db.requeueDeferred(fns[i+1:])
+			if len(reqs) > 0 {
+				// Queued already: waited for, as every request must be.
+				go func() { _ = db.waitAll(reqs) }()
+			}
+		}
+	}()
+	for i = range fns {
+		d := fns[i]
 		db.cleanup()
-		tx := &Txn{db: db, prefix: d.prefix, ordered: true, b: Batch{pooled: true}}
+		tx = &Txn{db: db, prefix: d.prefix, ordered: true, b: Batch{pooled: true}}
 		fn := d.fn
 		err := db.runTxn(tx, func(tx *Txn) error { return db.callFn(fn, tx) })
 		if err != nil {
@@ -489,8 +541,10 @@ func (db *DB) flushDeferred(synced bool) error {
 	if err := db.lockTx("flush"); err != nil {
 		return err
 	}
-	reqs := db.runDeferred(db.takeDeferred(), !synced)
-	db.txMu.Unlock()
+	reqs := func() []*commitReq {
+		defer db.txMu.Unlock() // deferred: see runDeferred
+		return db.runDeferred(db.takeDeferred(), !synced)
+	}()
 	return db.waitAll(reqs)
 }
 

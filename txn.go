@@ -26,6 +26,9 @@ type Txn struct {
 	// savepoint) are not changed in place.
 	folded []deferredTxn
 	frozen int
+	// goexit: a deferred function run in this Txn called runtime.Goexit
+	// (callFn); the host's cleanup answers it with errGoexit.
+	goexit bool
 }
 
 // Update runs fn as one serializable transaction: fn's reads (Get and
@@ -63,9 +66,11 @@ func (db *DB) update(prefix string, fn func(tx *Txn) error) error {
 	}
 	// The deferred transactions come first (deferred.go).
 	if fns := db.takeDeferred(); len(fns) > 0 {
-		db.txMu.Lock() // free: writeMu excludes every other writer
-		reqs := db.runDeferred(fns, true)
-		db.txMu.Unlock()
+		reqs := func() []*commitReq {
+			db.txMu.Lock()         // free: writeMu excludes every other writer
+			defer db.txMu.Unlock() // deferred: see runDeferred
+			return db.runDeferred(fns, true)
+		}()
 		_ = db.waitAll(reqs)
 	}
 	// writeMu excludes new writers; wait for the ordered commits still in

@@ -129,6 +129,9 @@ m mem-revisit-drops-tombstone mem.go \
 m mem-held-never-pruned mem.go \
   'held = held || byView' 'held = held && byView' \
   '.' "versions kept for a registered View stay until the next checkpoint after it ended (with many writers some View always runs: the tables grow ~100-fold and checkpoints come that much more often)"
+m deferred-goexit-unanswered deferred.go \
+  'if tx != nil && tx.goexit {' 'if false && tx != nil && tx.goexit {' \
+  '.' "a deferred function that calls runtime.Goexit in a write's or a Sync's host is never answered and the requests queued before it never waited for: Sync waits for ever, the writes queued after it never commit"
 m unsynced-records-unreadable journal/reader.go \
   'end := max(seg.end, seg.written)' 'end := seg.end' \
   './journal .' "a record applied before its fdatasync (NoSync, AckAsync, a compaction move) reads as corrupt until the next sync"
