@@ -38,7 +38,9 @@ type Txn struct {
 // written; if it panics, nothing is written and the panic goes on to the
 // caller (TestMisuse_TxnAndViewPanicsLeaveStoreUsable). Updates run one at a time, after the transactions submitted
 // before them are applied; concurrent blind writes belong in Write, ordered
-// ones in Submit.
+// ones in Submit. The deferred transactions queued (Defer) run first; fn's
+// commit makes them durable with it, and an Update whose fn writes nothing
+// syncs them itself (under SyncAlways), as any write that returns would.
 //
 // Inside fn, Get, View and Checkpoint work (Get and View see the committed
 // state, without fn's writes); Update, Submit, Write, Put, Delete and
@@ -65,7 +67,9 @@ func (db *DB) update(prefix string, fn func(tx *Txn) error) error {
 		return err
 	}
 	// The deferred transactions come first (deferred.go).
+	hosted := false
 	if fns := db.takeDeferred(); len(fns) > 0 {
+		hosted = true
 		reqs := func() []*commitReq {
 			db.txMu.Lock()         // free: writeMu excludes every other writer
 			defer db.txMu.Unlock() // deferred: see runDeferred
@@ -82,6 +86,16 @@ func (db *DB) update(prefix string, fn func(tx *Txn) error) error {
 	}
 	tx.s = nil
 	if len(tx.b.ops) == 0 {
+		if hosted && db.opts.Sync == SyncAlways {
+			// The deferred transactions it ran were committed without a
+			// sync of their own, to be made durable by the write hosting
+			// them: this one writes nothing, so it syncs them, as a write
+			// would (a broker's AckAsync before a Subscribe that finds the
+			// subscription, or a Purge of an empty queue).
+			if err := db.j.Sync(); err != nil {
+				return db.fail(err)
+			}
+		}
 		return nil
 	}
 	return db.commitAsync(tx.b.ops, false, true)

@@ -145,9 +145,8 @@ func (tx *Tx) Commit() error {
 		return err
 	}
 	tx.done = true
-	if len(tx.ops) == 0 {
-		return nil
-	}
+	// Even with no operation: it is a synced write, which makes the
+	// AckAsyncs before it durable.
 	var seqs []uint64
 	err := tx.b.write(false, func(w *bwrite) error {
 		var err error

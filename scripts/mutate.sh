@@ -132,6 +132,9 @@ m mem-held-never-pruned mem.go \
 m deferred-goexit-unanswered deferred.go \
   'if tx != nil && tx.goexit {' 'if false && tx != nil && tx.goexit {' \
   '.' "a deferred function that calls runtime.Goexit in a write's or a Sync's host is never answered and the requests queued before it never waited for: Sync waits for ever, the writes queued after it never commit"
+m update-noop-skips-deferred-sync txn.go \
+  'if hosted && db.opts.Sync == SyncAlways {' 'if false && hosted && db.opts.Sync == SyncAlways {' \
+  '. ./broker' "an Update whose function writes nothing returns without syncing the deferred transactions it ran: an AckAsync before a broker Subscribe that finds its subscription, or a Purge of an empty queue, is lost at a power loss after they returned"
 m unsynced-records-unreadable journal/reader.go \
   'end := max(seg.end, seg.written)' 'end := seg.end' \
   './journal .' "a record applied before its fdatasync (NoSync, AckAsync, a compaction move) reads as corrupt until the next sync"
