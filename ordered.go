@@ -489,3 +489,14 @@ func (n *Namespace) Submit(fn func(tx *Txn) error) (*Commit, error) {
 // be split. Values kept in the journal count apart, each up to the same
 // size.
 func (db *DB) MaxBatchSize() int { return db.maxRecord }
+
+// PutSize returns the bytes a Put of key, with a value of valueLen bytes
+// kept in the batch record (up to Options.ValueThreshold), into the
+// namespace's index takes in the record that MaxBatchSize bounds: a layer
+// whose writes grow with its data (one entry per subscriber, say) counts
+// with it what still fits in one batch.
+func (n *Namespace) PutSize(index string, key []byte, valueLen int) int {
+	tree := len(n.prefix) + len(index)
+	return 1 + uvarintLen(uint64(tree)) + tree + uvarintLen(uint64(len(key))) + len(key) +
+		uvarintLen(uint64(valueLen)) + valueLen
+}

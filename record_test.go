@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb/journal"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // TestEncodeBatch_SizeIsExact: encodedBatchSize predicts encodeBatch's
@@ -72,5 +73,33 @@ func TestDecodeBatch_Move(t *testing.T) {
 	}
 	if _, err := decodeBatch(encodeBatch(nil, ops), 1); err == nil {
 		t.Fatal("a move's value record beyond the batch's decoded")
+	}
+}
+
+// PutSize is what a Put adds to its batch record, in the namespace and in
+// the user indexes alike.
+func TestNamespace_PutSizeIsWhatAPutAdds(t *testing.T) {
+	db, err := Open("/db", &Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ns, err := db.Namespace("broker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		index string
+		key   []byte
+		vlen  int
+	}{{"q/12345678", make([]byte, 8), 0}, {"x", []byte("k"), 300}, {string(make([]byte, 200)), make([]byte, 130), 20000}} {
+		b := ns.NewBatch()
+		b.Put("a", []byte("k0"), nil)
+		before := encodedBatchSize(b.ops)
+		b.Put(c.index, c.key, make([]byte, c.vlen))
+		// One op more: the count's uvarint may grow too (not from 1 to 2).
+		if got, want := ns.PutSize(c.index, c.key, c.vlen), encodedBatchSize(b.ops)-before; got != want {
+			t.Errorf("PutSize(%d-byte index, %d-byte key, %d) = %d, want %d", len(c.index), len(c.key), c.vlen, got, want)
+		}
 	}
 }

@@ -132,6 +132,15 @@ func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 			}
 			a.cond.Broadcast()
 			a.mu.Unlock()
+			if i > 0 {
+				// The parts before were queued: they commit (Close
+				// commits the deferred transactions queued).
+				n := 0
+				for _, q := range parts[:i] {
+					n += len(q.seqs)
+				}
+				return fmt.Errorf("%w (the acks of the first %d of the %d messages were queued before it, in %d deferred transactions, and stand)", err, n, len(seqs), i)
+			}
 			return err
 		}
 	}

@@ -542,6 +542,13 @@ func (w *bwrite) send(kind DestKind, dest string, m *Message, enc []byte) (uint6
 	w.putOwned(idTree(msgPrefix, d.id), seqKey(seq), enc)
 	w.put(idTree(hdrPrefix, d.id), seqKey(seq), encodeHdr(refs, uint32(len(enc)), m.ID))
 	w.put(idTree(idPrefix, d.id), []byte(m.ID), u64(seq))
+	if refs > 1 && w.b.topicSendSize(d, int(refs)) > w.b.db.MaxBatchSize()/2 {
+		// Near the bound: say why the batch is too large (the caller
+		// cannot split one send).
+		if err := w.tx.Fits(); err != nil {
+			return 0, fmt.Errorf("%w: a send to topic %q writes an entry for each of its %d subscriptions in one batch, which with this message (a %d-byte ID) takes more than the store's batch (%d bytes): unsubscribe some, send a smaller message, or use larger segments (kdb.Options.SegmentSize)", kdb.ErrInvalid, dest, refs, len(m.ID), w.b.db.MaxBatchSize())
+		}
+	}
 	d.count++
 	d.nbytes += uint64(len(enc))
 	return seq, nil
@@ -686,13 +693,16 @@ func (b *Broker) Send(kind DestKind, dest string, m *Message) (uint64, error) {
 
 // Ack removes the given messages of a queue. An unknown sequence number
 // fails the whole call with kdb.ErrNotFound. On return (nil) it is durable.
+// It is one batch, all or nothing: more messages than one batch removes (a
+// few thousand, ~300 with 64 KiB segments) are kdb.ErrInvalid, with
+// nothing written; AckAsync cuts such a list into several.
 func (b *Broker) Ack(kind DestKind, dest string, seqs ...uint64) error {
 	return b.write(false, func(w *bwrite) error { return w.ack(kind, dest, seqs) })
 }
 
 // AckSub acknowledges messages for one durable subscription of a topic; a
 // message is removed once every subscription acked it. On return (nil) it
-// is durable.
+// is durable. One batch, as Ack.
 func (b *Broker) AckSub(topic, sub string, seqs ...uint64) error {
 	return b.write(false, func(w *bwrite) error { return w.ackSub(topic, sub, seqs) })
 }
@@ -708,7 +718,14 @@ func (b *Broker) CreateDestination(kind DestKind, dest string) error {
 
 // Subscribe creates a durable subscription on a topic (created on demand);
 // it receives the messages sent from now on. Subscribing again is a no-op.
-// On return (nil) it is durable.
+// On return (nil) it is durable. A send to a topic writes an entry for each
+// of its subscriptions in one batch, so a topic takes as many as leave room
+// for the smallest message (about 676 with 64 KiB segments, some 349,000
+// with the default 32 MiB ones): the next is kdb.ErrInvalid. A Send whose
+// message (its ID, and its body up to kdb.Options.ValueThreshold) does not
+// fit beside them is kdb.ErrInvalid, naming the subscriptions; so is the
+// CommitPrepared of such a send when subscriptions were added after its
+// Prepare (then RollbackPrepared it).
 func (b *Broker) Subscribe(topic, sub string) error {
 	return b.write(true, func(w *bwrite) error {
 		d, err := w.dest(Topic, topic, true)
@@ -720,6 +737,15 @@ func (b *Broker) Subscribe(topic, sub string) error {
 		} else if !isNotFound(err) {
 			return err
 		}
+		// A send to the topic writes an entry for every subscription, in
+		// one batch: one more must leave room for a message.
+		_, ids, err := w.subs(d)
+		if err != nil {
+			return err
+		}
+		if need, max := b.topicSendSize(d, len(ids)+1), b.db.MaxBatchSize(); need > max {
+			return fmt.Errorf("%w: topic %q has %d subscriptions: a send to it writes an entry for each in one batch, and with one more even the smallest message would take %d bytes (max %d, a quarter of kdb.Options.SegmentSize): unsubscribe some first, or use larger segments", kdb.ErrInvalid, topic, len(ids), need, max)
+		}
 		id, err := w.nextID()
 		if err != nil {
 			return err
@@ -728,6 +754,20 @@ func (b *Broker) Subscribe(topic, sub string) error {
 		w.put(subsTree, append(binary.BigEndian.AppendUint64(nil, d.id), sub...), v)
 		return nil
 	})
+}
+
+// topicSendSize returns the bytes of the batch record of a send of the
+// smallest message (a 1-byte ID, no producer, no body) to topic d with n
+// subscriptions.
+func (b *Broker) topicSendSize(d *destRec, n int) int {
+	const header = 1 + 10 // the record's version and its op count (a uvarint)
+	var id0 [8]byte
+	min := encodeMessage(&Message{ID: "x"})
+	return header + n*b.ns.PutSize(idTree(pendPrefix, 0), id0[:], 0) +
+		b.ns.PutSize(idTree(msgPrefix, 0), id0[:], len(min)) +
+		b.ns.PutSize(idTree(hdrPrefix, 0), id0[:], len(encodeHdr(1, uint32(len(min)), "x"))) +
+		b.ns.PutSize(idTree(idPrefix, 0), []byte("x"), 8) +
+		b.ns.PutSize(destsTree, d.key, len(d.encode()))
 }
 
 func isNotFound(err error) bool { return err != nil && errors.Is(err, kdb.ErrNotFound) }

@@ -166,7 +166,10 @@ func (tx *Tx) Commit() error {
 	return nil
 }
 
-// Rollback abandons the transaction: nothing of it was written.
+// Rollback abandons the transaction: nothing of it was written. After
+// Prepare it only ends the Tx: the prepared transaction stays stored under
+// its xid (it must survive the process), finished by CommitPrepared or
+// RollbackPrepared.
 func (tx *Tx) Rollback() { tx.done = true }
 
 // Prepare is phase one of a two-phase commit: it checks that the

@@ -135,6 +135,9 @@ m deferred-goexit-unanswered deferred.go \
 m update-noop-skips-deferred-sync txn.go \
   'if hosted && db.opts.Sync == SyncAlways {' 'if false && hosted && db.opts.Sync == SyncAlways {' \
   '. ./broker' "an Update whose function writes nothing returns without syncing the deferred transactions it ran: an AckAsync before a broker Subscribe that finds its subscription, or a Purge of an empty queue, is lost at a power loss after they returned"
+m subscribe-unbounded broker/broker.go \
+  'b.db.MaxBatchSize(); need > max {' 'b.db.MaxBatchSize(); need > max && false {' \
+  './broker' "Subscribe takes subscriptions until no send to the topic fits in one batch: every Send to it then fails with 'split the batch'"
 m unsynced-records-unreadable journal/reader.go \
   'end := max(seg.end, seg.written)' 'end := seg.end' \
   './journal .' "a record applied before its fdatasync (NoSync, AckAsync, a compaction move) reads as corrupt until the next sync"
