@@ -53,7 +53,22 @@ type commitReq struct {
 	// waiting: the writer is in wait (so a job given to it runs at once,
 	// not whenever its Commit is waited for).
 	waiting atomic.Bool
-	err     error
+	// detached: a Submit's batch, waited for whenever its Commit is, if
+	// ever: the leader role it is given while its owner is not in wait is
+	// taken by a writer that waits (commitQueue.held), so that it holds up
+	// nobody (a Submit, then a Put in the same goroutine, then Wait).
+	// claim says who takes its leader token: its owner (claimWaiting,
+	// set as it enters wait) or a writer taking the role (claimTaken).
+	detached bool
+	claim    atomic.Int32
+	// proxy is set (under commitQueue.mu, before the token is sent) when
+	// the request's writer is to lead the group at the head of the queue
+	// on behalf of a detached request before it, not in wait.
+	proxy bool
+	// leadingFor: its writer leads for a detached request (leadFor), so
+	// it is no follower to hand the apply to (handApply).
+	leadingFor atomic.Bool
+	err        error
 	// gen, ovKeys and ovDrops: its entries in the in-flight overlay
 	// (ordered.go).
 	gen     uint64
@@ -70,6 +85,13 @@ type commitReq struct {
 	ovKeyBuf [8]string
 }
 
+// commitReq.claim: who takes a detached request's leader token.
+const (
+	claimNone = iota
+	claimWaiting
+	claimTaken
+)
+
 // commitQueue holds the batches submitted and not yet taken by a leader,
 // and orders the groups' index updates.
 //
@@ -80,6 +102,10 @@ type commitReq struct {
 //     so journal order is submission order.
 //   - Group n (numbered from 1 in write order, mu.written) is applied only
 //     after group n-1: ap.done == n-1.
+//   - held, if set, is a detached request at the head of mu.queue whose
+//     token was sent while its owner was not in wait; the role is taken
+//     from it by the first writer in wait (or drain) whose claim on it
+//     succeeds, or used by its owner.
 type commitQueue struct {
 	mu struct {
 		sync.Mutex
@@ -110,6 +136,10 @@ type commitQueue struct {
 	jobsApplied atomic.Uint64
 	// jobsHanded counts the groups handed to a follower (tests).
 	jobsHanded atomic.Uint64
+	// held is the detached request holding the leader role (its token
+	// sent, lead set) while its owner is not in wait; set and cleared
+	// under mu, read without it by every writer entering wait.
+	held atomic.Pointer[commitReq]
 	// async: a timer that syncs the journal within SyncInterval of an
 	// unsynced AckAsync group.
 	async struct {
@@ -172,6 +202,7 @@ func (db *DB) submit(ops []op, async, own bool) (*commitReq, error) {
 		return nil, err
 	}
 	req.async = async
+	req.detached = db.detaching
 	// The caller waited for room before it took txMu (waitForRoom): a
 	// writer waits there, not while the writers behind it wait for txMu.
 	db.register(req)
@@ -180,8 +211,7 @@ func (db *DB) submit(ops []op, async, own bool) (*commitReq, error) {
 	q.mu.queue = append(q.mu.queue, req)
 	if !q.mu.leading {
 		q.mu.leading = true
-		req.lead = true
-		req.done <- struct{}{}
+		db.giveLeadLocked()
 	} else if q.mu.arrived != nil {
 		select {
 		case q.mu.arrived <- struct{}{}:
@@ -205,23 +235,108 @@ func (req *commitReq) seal() {
 	})
 }
 
+// giveLeadLocked gives the leader role to the head of the queue, or, if
+// that is a detached request whose owner is not in wait, to the first
+// writer waiting behind it (a proxy, leading from the head); with none, to
+// the head, marked held for the next writer that waits, or for drain (an
+// Update's, Close's), which it wakes. The caller holds q.mu and the role;
+// the queue is not empty.
+func (db *DB) giveLeadLocked() {
+	q := &db.cq
+	next := q.mu.queue[0]
+	if next.detached && next.claim.Load() == claimNone {
+		for _, r := range q.mu.queue[1:] {
+			if r.waiting.Load() {
+				r.proxy = true
+				r.done <- struct{}{}
+				return
+			}
+		}
+		q.held.Store(next)
+		if f := &db.fl; f.drainers.Load() > 0 {
+			f.mu.Lock() // a leaf lock
+			f.cond.Broadcast()
+			f.mu.Unlock()
+		}
+	}
+	next.lead = true
+	next.done <- struct{}{}
+}
+
+// takeHeld takes the leader role from h, a detached request holding it
+// while its owner is not in wait, for a writer in wait (or drain): it
+// then leads the group at the head of the queue (h's) in h's stead. It
+// reports whether it did (h's owner may have come to wait meanwhile, or a
+// writer taken it).
+func (q *commitQueue) takeHeld(h *commitReq) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.held.Load() != h {
+		return false
+	}
+	q.held.Store(nil)
+	if !h.claim.CompareAndSwap(claimNone, claimTaken) {
+		return false // its owner is in wait: the token is its
+	}
+	// Its owner, in wait, takes the token out of its channel unread and
+	// then waits for its answer.
+	h.lead = false
+	return true
+}
+
 // wait waits for req's outcome, leading the commit of its group if req is
-// made the leader.
+// made the leader, and of the group of a detached request before it whose
+// owner is not in wait (takeHeld, proxy).
 func (db *DB) wait(req *commitReq) error {
 	req.seal()
+	q := &db.cq
+	if req.detached {
+		if req.claim.CompareAndSwap(claimNone, claimWaiting) {
+			q.held.CompareAndSwap(req, nil)
+		} else {
+			// A writer took the role from it (takeHeld): the token
+			// sent before is not this writer's to use.
+			<-req.done
+		}
+	}
 	req.waiting.Store(true)
-	<-req.done
-	if req.lead {
-		db.lead()
-	} else if j := req.job; j != nil {
-		req.job = nil
-		db.runApplyJob(j)
+	for {
+		if h := q.held.Load(); h != nil && h != req && q.takeHeld(h) {
+			db.leadFor(req)
+		}
 		<-req.done
+		if req.proxy {
+			req.proxy = false
+			db.leadFor(req)
+			continue
+		}
+		if req.lead {
+			db.lead()
+		} else if j := req.job; j != nil {
+			req.job = nil
+			db.runApplyJob(j)
+			<-req.done
+		}
+		break
 	}
 	for _, f := range req.onDone {
 		f(req.err)
 	}
 	return req.err
+}
+
+// leadFor leads the group at the head of the queue for a detached request
+// whose owner is not in wait, from req's writer, which is (or from drain,
+// req nil): req may be in the group, answered as a follower, but is not
+// one to hand the apply to (handApply), since its writer is the leader.
+func (db *DB) leadFor(req *commitReq) {
+	if req == nil {
+		db.lead()
+		return
+	}
+	req.leadingFor.Store(true)
+	db.lead()
+	req.leadingFor.Store(false)
 }
 
 // lead takes the batches at the head of the queue (the leader's own first)
@@ -293,9 +408,7 @@ func (db *DB) lead() {
 	q.mu.linger = min(time.Since(start)/2, maxLinger)
 	q.mu.target = len(group) + len(q.mu.queue)
 	if len(q.mu.queue) > 0 {
-		next := q.mu.queue[0]
-		next.lead = true
-		next.done <- struct{}{}
+		db.giveLeadLocked()
 	} else {
 		q.mu.leading = false
 	}
@@ -517,11 +630,11 @@ type applyJob struct {
 }
 
 // handApply gives group's apply to a follower already waiting (one whose
-// Commit nobody waits for would hold it up), waking it with the job, or
-// returns nil: the leader applies the group itself after its sync.
+// Commit is not yet waited for would hold it up), waking it with the job,
+// or returns nil: the leader applies the group itself after its sync.
 func handApply(seq uint64, group []*commitReq, locs []journal.Location) *applyJob {
 	for _, r := range group[1:] {
-		if r.waiting.Load() {
+		if r.waiting.Load() && !r.leadingFor.Load() {
 			// synced is buffered: the leader never waits to report.
 			job := &applyJob{seq: seq, group: group, locs: locs, synced: make(chan error, 1), done: make(chan struct{})}
 			r.job = job

@@ -76,7 +76,10 @@ type DB struct {
 	// of every batch (ordered.go); fl is the overlay of the writes in
 	// flight.
 	txMu sync.Mutex
-	fl   inflight
+	// detaching (under txMu): the batches queued now are a Submit's,
+	// waited for whenever its Commit is (commitReq.detached).
+	detaching bool
+	fl        inflight
 	// dq holds the deferred transactions (deferred.go).
 	dq deferredQueue
 	// txSnap is the Snapshot the next transaction's function reads
@@ -458,7 +461,7 @@ func (db *DB) Close() error {
 		return err
 	}
 	if !db.drainUntil(deadline) {
-		db.opts.Logger.Warn("kdb: Close: Commits submitted but never waited for are abandoned", "wait", db.opts.CloseWait)
+		db.opts.Logger.Warn("kdb: Close: writes still in flight after CloseWait are abandoned", "wait", db.opts.CloseWait)
 	}
 	db.mu.Lock()
 	if db.mu.closed {
@@ -590,7 +593,9 @@ func (db *DB) Delete(index string, key []byte) error {
 // value above the threshold, and the size of the batch record, which it
 // checks; the batch record itself is built by seal, outside txMu.
 func (db *DB) encode(ops []op, own bool) (*commitReq, error) {
-	req := &commitReq{ops: ops, done: make(chan struct{}, 1)}
+	// Two tokens may wait: a detached request's leader token that a
+	// writer took the role from, and then its answer (commit.go).
+	req := &commitReq{ops: ops, done: make(chan struct{}, 2)}
 	req.recs = req.recBuf[:0]
 	if !own {
 		if len(ops) <= pooledOps {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -35,10 +36,13 @@ type inflight struct {
 	drops map[string]uint64
 	gen   uint64
 
-	mu      sync.Mutex
-	cond    *sync.Cond
-	n       int
-	applied []*commitReq // applied or failed, entries not yet removed
+	mu   sync.Mutex
+	cond *sync.Cond
+	// drainers counts the drains waiting on cond (giveLeadLocked wakes
+	// them when a Submit's Commit not waited for holds the leader role).
+	drainers atomic.Int32
+	n        int
+	applied  []*commitReq // applied or failed, entries not yet removed
 }
 
 type ovEntry struct {
@@ -175,10 +179,22 @@ func (db *DB) drainUntil(deadline time.Time) bool {
 		defer t.Stop()
 	}
 	for f.n > 0 {
+		if h := db.cq.held.Load(); h != nil {
+			// A Submit's Commit not waited for holds the leader role:
+			// commit it (giveLeadLocked wakes this wait when it marks one).
+			f.mu.Unlock()
+			if db.cq.takeHeld(h) {
+				db.leadFor(nil)
+			}
+			f.mu.Lock()
+			continue
+		}
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
 			return false
 		}
+		f.drainers.Add(1)
 		f.cond.Wait()
+		f.drainers.Add(-1)
 	}
 	return true
 }
@@ -218,12 +234,14 @@ func (db *DB) lockTx(call string) error {
 // Commit is a transaction submitted by Submit: queued for the journal in
 // submission order, and not yet known durable.
 //
-// Every Commit must be waited for (Wait, from any goroutine): the commit
-// leader of a group is the goroutine that waits for its first batch, so a
-// Commit nobody waits for holds up the commits queued after it. Close waits
-// for the Commits in flight up to Options.CloseWait; one still not waited
-// for then is abandoned (never acknowledged, so nothing acknowledged is
-// lost) and its Wait returns ErrClosed.
+// Every Commit must be waited for (Wait, from any goroutine): its done
+// functions run, and its outcome is known, only then. A Commit not yet
+// waited for does not hold up the writes queued after it: a writer that
+// waits behind it leads the commit of both (so a goroutine may Submit,
+// write, and then Wait). While no other write comes, it waits for its
+// Wait. Close waits for the Commits in flight up to Options.CloseWait; one
+// still not committed then is abandoned (never acknowledged, so nothing
+// acknowledged is lost) and its Wait returns ErrClosed.
 type Commit struct {
 	db  *DB
 	req *commitReq // nil: the transaction wrote nothing
@@ -291,6 +309,8 @@ func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) 
 		return nil, err
 	}
 	defer db.txMu.Unlock()
+	db.detaching = true
+	defer func() { db.detaching = false }()
 	db.enterFn()
 	defer db.leaveFn()
 	db.cleanup()

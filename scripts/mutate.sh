@@ -138,6 +138,12 @@ m update-noop-skips-deferred-sync txn.go \
 m subscribe-unbounded broker/broker.go \
   'b.db.MaxBatchSize(); need > max {' 'b.db.MaxBatchSize(); need > max && false {' \
   './broker' "Subscribe takes subscriptions until no send to the topic fits in one batch: every Send to it then fails with 'split the batch'"
+m submit-held-lead-not-taken commit.go \
+  'if h := q.held.Load(); h != nil && h != req && q.takeHeld(h) {' 'if h := q.held.Load(); false && h != nil && h != req && q.takeHeld(h) {' \
+  '.' "a writer waiting behind a Submit's Commit not yet waited for does not take up its leader role: a Submit, then a Put in the same goroutine, then Wait, waits for ever"
+m drain-ignores-held-lead ordered.go \
+  'if h := db.cq.held.Load(); h != nil {' 'if h := db.cq.held.Load(); false && h != nil {' \
+  '.' "an Update (or Close) drains the writes in flight without leading a Submit's Commit not waited for: the Update waits for ever, Close abandons the commit"
 m unsynced-records-unreadable journal/reader.go \
   'end := max(seg.end, seg.written)' 'end := seg.end' \
   './journal .' "a record applied before its fdatasync (NoSync, AckAsync, a compaction move) reads as corrupt until the next sync"
