@@ -25,7 +25,7 @@ type checkOut struct {
 	Dir            string           `json:"dir"`
 	OK             bool             `json:"ok"`
 	Problems       []problem        `json:"problems"`
-	Index          *kdb.CheckReport `json:"index,omitempty"`
+	Index          *kdb.CheckReport `json:"index"`
 	JournalRecords int64            `json:"journal_records"`
 	JournalBytes   int64            `json:"journal_bytes"`
 	// JournalChecked: every record of the journal was read, which
@@ -33,7 +33,7 @@ type checkOut struct {
 	// says why (db.data could not be read, so the check stopped there;
 	// the journal could not be opened; an error stopped the read).
 	JournalChecked    bool   `json:"journal_checked"`
-	JournalNotChecked string `json:"journal_not_checked,omitempty"`
+	JournalNotChecked string `json:"journal_not_checked"`
 	// incomplete: an error that is not damage (out of file descriptors,
 	// memory, a permission) stopped a part of the check (exit 3).
 	incomplete bool

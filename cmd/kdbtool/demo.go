@@ -43,20 +43,32 @@ func demoOptions() *kdb.Options {
 func runDemo(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo", "[DIR]", stderr)
 	sizeMiB := fs.Int("size-mib", 256, "size of the page file to build before the kill, in MiB (1 to 16384)")
-	seed := fs.Uint64("seed", uint64(time.Now().UnixNano()), "seed for the kill moment")
+	// The seed's default is drawn when the flag is not given, so that -h
+	// shows "random", not a number that changes on every call.
+	seed, seedSet := uint64(0), false
+	fs.Func("seed", "seed for the kill moment, an unsigned integer (default random)", func(v string) error {
+		n, err := strconv.ParseUint(v, 0, 64)
+		if err != nil {
+			return errors.New("want an unsigned integer")
+		}
+		seed, seedSet = n, true
+		return nil
+	})
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
+	if !seedSet {
+		seed = uint64(time.Now().UnixNano())
+	}
 	dir := "kdb-demo"
 	if fs.NArg() > 1 {
-		fs.Usage()
-		return argsFailed(fs, stdout, fmt.Errorf("want at most one DIR argument, got %d", fs.NArg()))
+		return usageErr(fs, stdout, "want at most one DIR argument, got %d", fs.NArg())
 	}
 	if fs.NArg() == 1 {
-		dir = fs.Arg(0)
-		if err := pathArg(fs, "DIR", dir); err != nil {
-			return argsFailed(fs, stdout, err)
+		var err error
+		if dir, err = demoDirArg(fs.Arg(0)); err != nil {
+			return usageErr(fs, stdout, "%v", err)
 		}
 	}
 	if code := checkDemoSize(fs, stdout, *sizeMiB); code >= 0 {
@@ -113,7 +125,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return fail("", err, exitIO)
 	}
 	say("kdb demo: building a %d MiB store in %s with 4 writers, then SIGKILLing the writing process", *sizeMiB, dir)
-	kill, err := runAndKill(dir, *sizeMiB, *seed, stderr, say)
+	kill, err := runAndKill(dir, *sizeMiB, seed, stderr, say)
 	if err != nil {
 		return fail("", err, exitIO)
 	}
@@ -166,6 +178,27 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return exitProblems
 	}
 	return exitOK
+}
+
+// demoDirArg returns the demo's DIR argument p cleaned (DIR-scan is DIR's
+// sibling: "myd3/" is "myd3", whose copy is "myd3-scan", not "myd3/-scan"
+// inside the store), or a usage error: the demo deletes and rebuilds DIR,
+// so an empty path, and one whose last element is "." or ".." (the current
+// directory, a parent: the demo would delete the directory it runs in, and
+// RemoveAll refuses "."), are refused; it wants a directory of its own.
+func demoDirArg(p string) (string, error) {
+	const hint = "name a new directory of its own, such as ./kdb-demo (the demo deletes and rebuilds DIR and DIR-scan)"
+	if p == "" {
+		return "", fmt.Errorf("DIR is empty: %s", hint)
+	}
+	if last := filepath.Base(p); last == "." || last == ".." {
+		return "", fmt.Errorf("DIR %s ends in %q, which the demo refuses: %s", p, last, hint)
+	}
+	d := filepath.Clean(p)
+	if d == string(filepath.Separator) {
+		return "", fmt.Errorf("DIR %s is the root directory: %s", p, hint)
+	}
+	return d, nil
 }
 
 // maxDemoMiB bounds demo's --size-mib: the child writes until the page
@@ -280,6 +313,13 @@ func demoReopen(dir string, forceScan bool, acked []uint64) (kdb.RecoveryReport,
 	return rep, missing, db.Close()
 }
 
+// The demo's writer: demoWriters goroutines write values of demoValueSize
+// bytes (demoRecord says what they hold).
+const (
+	demoWriters   = 4
+	demoValueSize = 16 << 10
+)
+
 func demoKey(k uint64) []byte { return binary.BigEndian.AppendUint64(nil, k) }
 
 // runDemoChild builds the store, prints "built", then goes on writing; it
@@ -309,11 +349,11 @@ func runDemoChild(args []string, stdout, stderr io.Writer) int {
 	)
 	target := uint64(*sizeMiB) << 20
 	var builtOnce sync.Once
-	for g := range 4 {
+	for g := range demoWriters {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			val := make([]byte, 16<<10)
+			val := make([]byte, demoValueSize)
 			b := kdb.NewBatch()
 			for {
 				b.Reset()
@@ -430,8 +470,10 @@ func demoRemovable(dir string) error {
 
 // olderDemoStore reports whether dir holds a store that a demo from before
 // the mark built: one that opens read-only and holds the demo's index and
-// nothing else (no other index, no namespace). Anything else, a store
-// that does not open included, is not the demo's.
+// nothing else (no other index, no namespace), every key and value of it
+// of the form the demo's writer gives them (demoRecord). An application's
+// store whose only index happens to be named "demo" is not the demo's, nor
+// is anything else, a store that does not open included.
 func olderDemoStore(dir string) bool {
 	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
 	if err != nil {
@@ -439,7 +481,40 @@ func olderDemoStore(dir string) bool {
 	}
 	defer db.Close()
 	idx, ns, err := storeNames(db)
-	return err == nil && len(idx) == 1 && idx[0] == "demo" && len(ns) == 0
+	if err != nil || len(idx) != 1 || idx[0] != "demo" || len(ns) != 0 {
+		return false
+	}
+	err = db.View(func(s *kdb.Snapshot) error {
+		it := s.Iter("demo")
+		for k, v := range it.All() {
+			if !demoRecord(k, v) {
+				return errNotDemo
+			}
+		}
+		return it.Err()
+	})
+	return err == nil
+}
+
+var errNotDemo = errors.New("not a record the demo wrote")
+
+// demoRecord reports whether key and val are of the form the demo's
+// writer (runDemoChild) gives them: an 8-byte key (demoKey: a big-endian
+// number) and a 16 KiB value that begins with that number, little-endian,
+// XOR the number of the writer (0 to 3) and is zero after it.
+func demoRecord(key, val []byte) bool {
+	if len(key) != 8 || len(val) != demoValueSize {
+		return false
+	}
+	if binary.LittleEndian.Uint64(val)^binary.BigEndian.Uint64(key) >= demoWriters {
+		return false
+	}
+	for _, b := range val[8:] {
+		if b != 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // storeNames returns the user indexes and the namespaces the store holds.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"strings"
@@ -81,7 +82,15 @@ func TestDemo_RefusesAStoreItDidNotBuild(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := db.Put("demo", []byte("k"), []byte("v")); err != nil {
+		// Records of the demo's own form (an application's index named
+		// "demo" is not the demo's: TestDemo_RefusesAnAppIndexNamedDemo).
+		b := kdb.NewBatch()
+		for k := range uint64(20) {
+			val := make([]byte, demoValueSize)
+			binary.LittleEndian.PutUint64(val, k^(k%demoWriters))
+			b.Put("demo", demoKey(k), val)
+		}
+		if err := db.Write(b); err != nil {
 			t.Fatal(err)
 		}
 		if err := db.Close(); err != nil {

@@ -40,7 +40,7 @@ type inspectOut struct {
 	Redo            redoOut     `json:"redo"`
 	Journal         journalOut  `json:"journal"`
 	Store           storeOut    `json:"store"`
-	Problems        []problem   `json:"problems,omitempty"`
+	Problems        []problem   `json:"problems"`
 	raw             *pagefile.Inspection
 	jerr            error // opening the journal read-only
 	serr            error // opening or reading the store read-only
@@ -60,8 +60,8 @@ type metaOut struct {
 type slotOut struct {
 	Slot         int    `json:"slot"`
 	Intact       bool   `json:"intact"`
-	Unwritten    bool   `json:"unwritten,omitempty"`
-	Error        string `json:"error,omitempty"`
+	Unwritten    bool   `json:"unwritten"`
+	Error        string `json:"error"`
 	Seq          uint64 `json:"seq"`
 	CheckpointID string `json:"checkpoint_id"`
 	PageCount    uint64 `json:"page_count"`
@@ -71,7 +71,7 @@ type freeFileOut struct {
 	Name         string `json:"name"`
 	Present      bool   `json:"present"`
 	Intact       bool   `json:"intact"`
-	Error        string `json:"error,omitempty"`
+	Error        string `json:"error"`
 	StoreOK      bool   `json:"store_ok"`
 	CheckpointID string `json:"checkpoint_id"`
 	PageCount    uint64 `json:"page_count"`
@@ -92,7 +92,7 @@ type freeListOut struct {
 	// (Reason says why).
 	OpenWould   string        `json:"open_would"`
 	TrustedFile string        `json:"trusted_file"`
-	Reason      string        `json:"reason,omitempty"`
+	Reason      string        `json:"reason"`
 	Files       []freeFileOut `json:"files"`
 	// LiedPages counts the pages the trusted file lists as free that are
 	// not stamped free in db.data (in use: reachable, or at least written
@@ -100,8 +100,8 @@ type freeListOut struct {
 	// it holds. Open would trust such a list and set it aside at the
 	// first such page it is about to use (writing none of them).
 	LiedPages     uint64 `json:"lied_pages"`
-	FirstLiedPage uint64 `json:"first_lied_page,omitempty"`
-	LieReason     string `json:"lie_reason,omitempty"`
+	FirstLiedPage uint64 `json:"first_lied_page"`
+	LieReason     string `json:"lie_reason"`
 	// DamagedLiedPages counts those of LiedPages that are damaged (their
 	// checksum or ID fails) rather than holding another page: the list
 	// may be right about them; check says whether a tree reaches them.
@@ -116,7 +116,7 @@ type redoOut struct {
 	Size       int64  `json:"size"`
 	WouldApply bool   `json:"would_apply"`
 	Pages      int    `json:"pages"`
-	Ignored    string `json:"ignored,omitempty"`
+	Ignored    string `json:"ignored"`
 }
 
 type segmentOut struct {
@@ -133,20 +133,24 @@ type segmentOut struct {
 }
 
 type journalOut struct {
-	Error     string       `json:"error,omitempty"`
+	Error     string       `json:"error"`
 	Segments  []segmentOut `json:"segments"`
 	Records   int64        `json:"records"`
 	Batches   int64        `json:"batches"`
 	Tail      string       `json:"tail"`
 	TornBytes int64        `json:"torn_bytes"`
-	TornAt    string       `json:"torn_at,omitempty"`
-	// TornBeforeReplay says the torn tail begins at or before the
-	// checkpoint's replay position: bytes that were durable, so not a
-	// crash's torn tail but a journal cut short; recovery refuses it.
-	TornBeforeReplay bool `json:"torn_before_replay,omitempty"`
+	TornAt    string       `json:"torn_at"`
+	// TornBeforeReplay says the torn tail begins, or the journal ends
+	// (then TornAt is its tail), at or before the checkpoint's replay
+	// position: bytes that were durable, so not a crash's torn tail but a
+	// journal cut short; recovery refuses it.
+	TornBeforeReplay bool `json:"torn_before_replay"`
 	// AfterCheckpoint counts the user records after the checkpoint's
 	// replay position: what a recovery would replay (-1 if unknown).
 	AfterCheckpoint int64 `json:"records_after_checkpoint"`
+	// tornAt is TornAt as a location; replayed is the meta's replay
+	// position (zero if there is no meta).
+	tornAt, replayed journal.Location
 }
 
 type indexOut struct {
@@ -163,12 +167,13 @@ type subOut struct {
 }
 
 type destOut struct {
-	Kind          string   `json:"kind"`
-	Name          string   `json:"name"`
-	Count         uint64   `json:"count"`
-	Bytes         uint64   `json:"bytes"`
-	NextSeq       uint64   `json:"next_seq"`
-	Subscriptions []subOut `json:"subscriptions,omitempty"`
+	Kind    string `json:"kind"`
+	Name    string `json:"name"`
+	Count   uint64 `json:"count"`
+	Bytes   uint64 `json:"bytes"`
+	NextSeq uint64 `json:"next_seq"`
+	// Subscriptions: a topic's ([] for a queue).
+	Subscriptions []subOut `json:"subscriptions"`
 }
 
 // storeOut is the store as a read-only open sees it: its last checkpoint
@@ -176,7 +181,7 @@ type destOut struct {
 // records), replayed in memory.
 type storeOut struct {
 	AsOf         string     `json:"as_of_checkpoint"`
-	Error        string     `json:"error,omitempty"`
+	Error        string     `json:"error"`
 	Indexes      []indexOut `json:"indexes"`
 	Destinations []destOut  `json:"destinations"`
 	Prepared     []string   `json:"prepared"`
@@ -237,7 +242,10 @@ func inspectStore(dir string) (*inspectOut, error) {
 	if err != nil {
 		return nil, err
 	}
-	out := &inspectOut{Dir: dir, PageSize: in.PageSize, StoreID: in.StoreID, DataSize: in.DataSize, raw: in}
+	// Every slice starts empty, never nil: --json prints every documented
+	// field, [] rather than null or nothing (a script reads d["problems"]).
+	out := &inspectOut{Dir: dir, PageSize: in.PageSize, StoreID: in.StoreID, DataSize: in.DataSize, raw: in,
+		MetaSlots: []slotOut{}, FreeList: freeListOut{Files: []freeFileOut{}}, Problems: []problem{}}
 	m := in.Meta
 	out.Meta = metaOut{
 		CheckpointID: m.ID.String(), Seq: m.Seq, PageSize: m.PageSize, PageCount: m.PageCount,
@@ -501,9 +509,17 @@ func inspectJournal(dir string, m *pagefile.Meta) (journalOut, error) {
 		jo.TornAt = rep.TornAt.String()
 	}
 	replayed := journal.Location{Segment: journal.SegmentID(m.ReplaySegment), Offset: int64(m.ReplayOffset)}
-	if jo.TornAt != "" && !replayed.IsZero() && !replayed.Less(rep.TornAt) {
+	jo.tornAt = rep.TornAt
+	switch {
+	case jo.TornAt != "" && !replayed.IsZero() && !replayed.Less(rep.TornAt):
 		jo.TornBeforeReplay = true
+	case jo.TornAt == "" && !replayed.IsZero() && !replayed.Less(rep.TailLocation):
+		// Cut at a record's boundary: no torn bytes, but the journal
+		// ends at or before the record at the replay position, which
+		// was durable. It is cut where it ends.
+		jo.TornBeforeReplay, jo.TornAt, jo.tornAt = true, rep.TailLocation.String(), rep.TailLocation
 	}
+	jo.replayed = replayed
 	jo.AfterCheckpoint = 0
 	if err := j.Iterate(journal.Location{Segment: replayed.Segment}, func(loc journal.Location, _ journal.Record) error {
 		if replayed.Less(loc) {
@@ -578,7 +594,7 @@ func inspectIndexes(dir string) (storeOut, error) {
 		var ds []broker.DestInfo
 		if ds, err = brokerOf(db).Destinations(); err == nil {
 			for _, d := range ds {
-				do := destOut{Kind: d.Kind.String(), Name: d.Name, Count: d.Count, Bytes: d.Bytes, NextSeq: d.NextSeq}
+				do := destOut{Kind: d.Kind.String(), Name: d.Name, Count: d.Count, Bytes: d.Bytes, NextSeq: d.NextSeq, Subscriptions: []subOut{}}
 				if d.Kind == broker.Topic {
 					subs, serr := brokerOf(db).Subscriptions(d.Name)
 					if serr != nil {
@@ -664,7 +680,10 @@ func printInspect(w io.Writer, o *inspectOut) {
 	} else {
 		fmt.Fprintf(w, "journal: %d segments, %d records in %d batches, tail %s", len(o.Journal.Segments),
 			o.Journal.Records, o.Journal.Batches, o.Journal.Tail)
-		if o.Journal.TornBytes > 0 {
+		switch {
+		case o.Journal.TornBeforeReplay:
+			fmt.Fprintf(w, ", cut short at %s (%d torn bytes), before the replay position", o.Journal.TornAt, o.Journal.TornBytes)
+		case o.Journal.TornBytes > 0:
 			fmt.Fprintf(w, ", torn tail %d bytes at %s", o.Journal.TornBytes, o.Journal.TornAt)
 		}
 		fmt.Fprintf(w, "; %d records after the checkpoint\n", o.Journal.AfterCheckpoint)

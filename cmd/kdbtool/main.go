@@ -42,12 +42,15 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 		usage(stderr)
 		if len(args) == 0 {
 			return exitUsage
 		}
 		return exitOK
+	}
+	if args[0] == "help" {
+		return help(args[1:], stdout, stderr)
 	}
 	c, ok := commands[args[0]]
 	if !ok {
@@ -56,6 +59,28 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitUsage
 	}
 	return c.run(args[1:], stdout, stderr)
+}
+
+// help is "kdbtool help [COMMAND]": the general usage, or COMMAND's own
+// (as "kdbtool COMMAND -h" prints it), exit 0; an unknown COMMAND, or more
+// than one, is a usage error (exit 2).
+func help(args []string, stdout, stderr io.Writer) int {
+	switch {
+	case len(args) == 0:
+		usage(stderr)
+		return exitOK
+	case len(args) > 1:
+		fmt.Fprintf(stderr, "kdbtool help: want at most one command, got %d\n", len(args))
+		usage(stderr)
+		return exitUsage
+	}
+	c, ok := commands[args[0]]
+	if !ok || c.hidden {
+		fmt.Fprintf(stderr, "kdbtool help: unknown command %q\n", args[0])
+		usage(stderr)
+		return exitUsage
+	}
+	return c.run([]string{"-h"}, stdout, stderr)
 }
 
 func usage(w io.Writer) {
@@ -72,8 +97,8 @@ func usage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-10s %s\n", n, commands[n].summary)
 	}
-	fmt.Fprintln(w, "\nRun 'kdbtool <command> -h' for a command's flags. Flags may come before or")
-	fmt.Fprintln(w, "after the arguments; -- ends the flags.")
+	fmt.Fprintln(w, "\nRun 'kdbtool <command> -h' or 'kdbtool help <command>' for a command's flags.")
+	fmt.Fprintln(w, "Flags may come before or after the arguments; -- ends the flags.")
 }
 
 // newFlags returns a FlagSet that reports usage errors instead of exiting.

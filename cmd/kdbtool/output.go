@@ -148,8 +148,7 @@ func (p *progress) done() {
 // (for argsFailed).
 func oneArg(fs *flag.FlagSet) (string, error) {
 	if fs.NArg() != 1 {
-		fs.Usage()
-		return "", fmt.Errorf("want one DIR argument, got %d", fs.NArg())
+		return "", argCountErr(fs, fmt.Errorf("want one DIR argument, got %d", fs.NArg()))
 	}
 	if err := pathArg(fs, "DIR", fs.Arg(0)); err != nil {
 		return "", err
@@ -162,10 +161,17 @@ func oneArg(fs *flag.FlagSet) (string, error) {
 // output (the usage) and returned (for argsFailed).
 func nArgs(fs *flag.FlagSet, names ...string) error {
 	if fs.NArg() != len(names) {
-		fs.Usage()
-		return fmt.Errorf("want %s, got %d arguments", strings.Join(names, " "), fs.NArg())
+		return argCountErr(fs, fmt.Errorf("want %s, got %d arguments", strings.Join(names, " "), fs.NArg()))
 	}
 	return nil
+}
+
+// argCountErr says err, a wrong count of positional arguments, on fs's
+// output (the reason, then the usage) and returns it (for argsFailed).
+func argCountErr(fs *flag.FlagSet, err error) error {
+	fmt.Fprintf(fs.Output(), "kdbtool %s: %s\n", fs.Name(), err)
+	fs.Usage()
+	return err
 }
 
 // pathArg returns nil if p, the positional argument what (DIR, FILE) of

@@ -44,12 +44,18 @@ type repairOut struct {
 	Unfixable []string        `json:"unfixable"` // what it cannot fix
 	Saved     []string        `json:"saved"`     // .broken copies written
 	Done      bool            `json:"done"`      // apply: the actions were carried out (the store was opened and closed)
-	Recovery  map[string]any  `json:"recovery,omitempty"`
-	After     *repairAfterOut `json:"after,omitempty"`
+	Recovery  map[string]any  `json:"recovery"`
+	After     *repairAfterOut `json:"after"`
 	OK        bool            `json:"ok"`
+	// Lost says which journal records the repair loses (dry run: would
+	// lose), "" if none: a journal cut short at or before the replay
+	// position (journalLoss), cut by a plan that can be carried out;
+	// LostBytes is a lower bound of their size (0: unknown or none).
+	Lost      string `json:"lost"`
+	LostBytes int64  `json:"lost_bytes"`
 	// Error: what stopped the repair after it made its plan (the report
 	// says what was done before it).
-	Error string `json:"error,omitempty"`
+	Error string `json:"error"`
 }
 
 type repairAfterOut struct {
@@ -215,9 +221,10 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		out.Actions = append(out.Actions, repairAction{actApplyRedo,
 			fmt.Sprintf("apply db.redo (%d page images) to complete an interrupted checkpoint", in.Redo.Pages)})
 	}
-	if in.jerr == nil && in.Journal.TornBytes > 0 {
-		out.Actions = append(out.Actions, repairAction{actTruncateTail,
-			fmt.Sprintf("truncate the torn journal tail: %d bytes at %s", in.Journal.TornBytes, in.Journal.TornAt)})
+	if in.jerr == nil {
+		if a, ok := tailCut(in.Journal); ok {
+			out.Actions = append(out.Actions, a)
+		}
 	}
 	indexBroken := short
 	for _, p := range chk.Problems {
@@ -243,9 +250,8 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		} else {
 			out.Actions = []repairAction{{actRebuildIndex,
 				"move db.data, db.redo, db.free and db.free.prev aside as .broken and rebuild them by replaying the whole journal"}}
-			if in.Journal.TornBytes > 0 {
-				out.Actions = append(out.Actions, repairAction{actTruncateTail,
-					fmt.Sprintf("truncate the torn journal tail: %d bytes at %s", in.Journal.TornBytes, in.Journal.TornAt)})
+			if a, ok := tailCut(in.Journal); ok {
+				out.Actions = append(out.Actions, a)
 			}
 			indexBroken = false
 		}
@@ -278,6 +284,11 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		out.Unfixable = append(out.Unfixable, "the journal is damaged before its tail: "+in.jerr.Error()+
 			" (kdbtool recover --skip-damaged opens the store accepting the loss)")
 	}
+	if in.jerr == nil && in.Journal.TornBeforeReplay && len(out.Unfixable) == 0 {
+		// The plan cuts the journal there (with --rebuild-index: the
+		// store does not open otherwise).
+		out.Lost, out.LostBytes = journalLoss(in.Journal)
+	}
 	if !apply || len(out.Unfixable) > 0 || len(out.Actions) == 0 {
 		// A dry run, a refusal, or nothing to do: the store is sound only
 		// if there is nothing to do and check found no error.
@@ -290,6 +301,47 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		lastSeg = in.Journal.Segments[n-1].Name
 	}
 	return carryOut(dir, out, lastSeg, in.PageSize, fsys, stderr)
+}
+
+// tailCut is the action that cuts the journal's tail, if jo has one to
+// cut: a crash's torn tail (bytes of the last, unsynced write: nothing
+// acknowledged is lost), or a journal cut short at or before the
+// checkpoint's replay position (TornBeforeReplay), which is no torn tail:
+// the durable records from the cut on are lost (journalLoss), and the
+// action says so.
+func tailCut(jo journalOut) (repairAction, bool) {
+	if jo.TornBeforeReplay {
+		torn := ""
+		if jo.TornBytes > 0 {
+			torn = fmt.Sprintf(" (%d torn bytes there)", jo.TornBytes)
+		}
+		return repairAction{actTruncateTail, fmt.Sprintf(
+			"cut the journal at %s%s: it ends short of the checkpoint's replay position %s, so this is not a crash's torn tail, and the durable records from %s on are lost",
+			jo.TornAt, torn, jo.replayed, jo.TornAt)}, true
+	}
+	if jo.TornBytes > 0 {
+		return repairAction{actTruncateTail,
+			fmt.Sprintf("truncate the torn journal tail: %d bytes at %s", jo.TornBytes, jo.TornAt)}, true
+	}
+	return repairAction{}, false
+}
+
+// journalLoss says what is lost with a journal cut short at or before the
+// checkpoint's replay position (jo.TornBeforeReplay): every record from
+// the cut on, which were durable. bytes is a lower bound of their size
+// (the bytes from the cut to the replay position, in the same segment;
+// the record there and any after it were lost too, of a size the journal
+// no longer holds), 0 if unknown. Their number is unknown: their bytes
+// are gone.
+func journalLoss(jo journalOut) (what string, bytes int64) {
+	const which = "how many records is unknown, their bytes are gone; kdbtool verify --acked, or the application's own checks, find which keys"
+	if jo.tornAt.Segment == jo.replayed.Segment && jo.tornAt.Offset <= jo.replayed.Offset {
+		bytes = jo.replayed.Offset - jo.tornAt.Offset
+		return fmt.Sprintf("the journal's durable records from %s on: more than %d bytes (%d up to the replay position %s, then the record there and any after it); %s",
+			jo.TornAt, bytes, bytes, jo.replayed, which), bytes
+	}
+	return fmt.Sprintf("the journal's durable records from %s on, up to and past the replay position %s (their size is unknown); %s",
+		jo.TornAt, jo.replayed, which), 0
 }
 
 // dataLinkRefusal is why the index of the store in dir cannot be rebuilt
@@ -603,6 +655,13 @@ func printRepair(w io.Writer, o *repairOut) {
 	}
 	for _, u := range o.Unfixable {
 		fmt.Fprintf(w, "cannot repair: %s\n", oneLine(u))
+	}
+	if o.Lost != "" {
+		what := "would lose"
+		if o.Done {
+			what = "lost"
+		}
+		fmt.Fprintf(w, "%s: %s\n", what, oneLine(o.Lost))
 	}
 	if len(o.Saved) > 0 {
 		sort.Strings(o.Saved)

@@ -301,6 +301,36 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failed(stdout, stderr, "verify", *asJSON, "reading "+*ackedPath+": ", err, exitIO)
 	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 64<<10), kdb.MaxKeySize*4)
+	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
+		if atEOF && len(data) > 0 && bytes.IndexByte(data, '\n') < 0 && grown() {
+			return len(data), nil, nil // being written when verify began: not acknowledged then
+		}
+		return bufio.ScanLines(data, atEOF)
+	})
+	// nextKey returns the next key of the list ("" at its end).
+	nextKey := func() string {
+		for sc.Scan() {
+			if key := strings.TrimSpace(sc.Text()); key != "" {
+				return key
+			}
+		}
+		return ""
+	}
+	// An acked file that holds no key (empty, /dev/null, the wrong file, a
+	// stress killed before its first write was acknowledged) would verify
+	// nothing and pass: it is a usage error, found before the store is
+	// opened (and recovered).
+	first := nextKey()
+	if err := sc.Err(); err != nil {
+		return failed(stdout, stderr, "verify", *asJSON, "reading "+*ackedPath+": ", err, exitIO)
+	}
+	if first == "" {
+		return failed(stdout, stderr, "verify", *asJSON, "", fmt.Errorf(
+			"--acked %s holds no keys: nothing to verify (name the file stress printed its acknowledged keys to; an empty one means no write was acknowledged)",
+			*ackedPath), exitUsage)
+	}
 	if err := storeExists(dir); err != nil {
 		// A store that lost db.data is ErrCorrupt: 1, as for check and recover.
 		return failed(stdout, stderr, "verify", *asJSON, "", err, exitFor(err))
@@ -319,20 +349,8 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	}
 	out := &verifyOut{Dir: dir, Index: *index, Missing: []string{}, Mismatched: []string{}}
 	p := newProgress(stderr, "verified")
-	sc := bufio.NewScanner(in)
-	sc.Buffer(make([]byte, 64<<10), kdb.MaxKeySize*4)
-	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
-		if atEOF && len(data) > 0 && bytes.IndexByte(data, '\n') < 0 && grown() {
-			return len(data), nil, nil // being written when verify began: not acknowledged then
-		}
-		return bufio.ScanLines(data, atEOF)
-	})
 	indexSeen := false // the index is known to be in the store
-	for sc.Scan() {
-		key := strings.TrimSpace(sc.Text())
-		if key == "" {
-			continue
-		}
+	for key := first; key != ""; key = nextKey() {
 		out.Checked++
 		p.add(1)
 		v, err := db.Get(*index, []byte(key))

@@ -183,7 +183,7 @@ func TestCheck_JournalNotCheckedSaysSo(t *testing.T) {
 		})
 	}
 	dir := makeStore(t, 300)
-	if code, m := runJSON(t, "check", "--json", dir); code != exitOK || m["journal_checked"] != true || m["journal_not_checked"] != nil {
+	if code, m := runJSON(t, "check", "--json", dir); code != exitOK || m["journal_checked"] != true || m["journal_not_checked"] != "" {
 		t.Errorf("check --json of a sound store: exit %d, journal_checked %v, journal_not_checked %v", code, m["journal_checked"], m["journal_not_checked"])
 	}
 }
