@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -146,6 +148,14 @@ func open(dir string, opts *Options) (*DB, error) {
 			return nil, fmt.Errorf("kdb: open %s: %w", dir, err)
 		}
 		dir = abs
+	}
+	if o.FS == vfs.OS {
+		if st, err := os.Lstat(dir); err == nil && st.Mode()&os.ModeSymlink != 0 {
+			if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+				// Else MkdirAll's "file exists", which says nothing of why.
+				return nil, fmt.Errorf("%w: open %s: a symbolic link to nothing: make the directory it names, or name another", ErrInvalid, dir)
+			}
+		}
 	}
 	archive := o.ArchiveDir
 	if archive != "" {
@@ -621,7 +631,7 @@ func (db *DB) encode(ops []op, own bool) (*commitReq, error) {
 	}
 	req.batchSize = encodedBatchSize(req.ops)
 	req.size += req.batchSize + 64
-	if err := db.checkBounds(req.batchSize, maxVal, req.size); err != nil {
+	if err := db.checkBounds(req.batchSize, maxVal, req.size, len(req.ops)); err != nil {
 		return nil, err
 	}
 	return req, nil
@@ -633,9 +643,15 @@ func (db *DB) inJournal(o *op) bool {
 	return (o.kind == opPut && db.opts.ValueThreshold >= 0 && len(o.value) > db.opts.ValueThreshold) || o.kind == opMoveJournal
 }
 
-// checkBounds checks a batch's encoded sizes: its batch record, its
-// largest value record, and all its records with their headers.
-func (db *DB) checkBounds(batchSize, maxVal, size int) error {
+// checkBounds checks a batch's encoded sizes (of nops operations): its
+// batch record, its largest value record, and all its records with their
+// headers.
+func (db *DB) checkBounds(batchSize, maxVal, size, nops int) error {
+	if batchSize > db.maxRecord && nops == 1 {
+		// Nothing to split: its value is kept in the batch record
+		// (Options.ValueThreshold), or its key is that long.
+		return fmt.Errorf("%w: one operation whose batch record takes %d bytes (max %d, a quarter of Options.SegmentSize): a value over Options.ValueThreshold (%d) is kept apart, in a value record, a shorter one in the batch record", ErrInvalid, batchSize, db.maxRecord, db.opts.ValueThreshold)
+	}
 	if batchSize > db.maxRecord {
 		return fmt.Errorf("%w: batch record of %d bytes (max %d): split the batch", ErrInvalid, batchSize, db.maxRecord)
 	}
@@ -665,5 +681,5 @@ func (db *DB) fits(ops []op) error {
 		vals += len(o.value) + 64
 		maxVal = max(maxVal, len(o.value))
 	}
-	return db.checkBounds(batchSize, maxVal, batchSize+64+vals)
+	return db.checkBounds(batchSize, maxVal, batchSize+64+vals, len(ops))
 }

@@ -263,7 +263,14 @@ func (db *DB) nested(call string) error {
 // Submit's function.
 func (db *DB) inFn(call string) error {
 	if u := db.updater.Load(); u != 0 && u == currentMark() {
-		return fmt.Errorf("%w: %s called inside an Update's or a Submit's function would wait for it forever: use the Txn, or call it after Update or Submit returns", ErrInvalid, call)
+		why := "would wait for it forever"
+		if call == "Defer" {
+			// Defer itself waits for nothing, but the transaction it
+			// queues would run inside this one's (a full queue is
+			// committed by the Defer that fills it).
+			why = "would queue a transaction that runs inside this one"
+		}
+		return fmt.Errorf("%w: %s called inside an Update's or a Submit's function %s: use the Txn, or call it after Update or Submit returns", ErrInvalid, call, why)
 	}
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -102,5 +103,19 @@ func TestOpen_EmptyDirIsInvalid(t *testing.T) {
 	}
 	if names, _ := os.ReadDir("."); len(names) != 0 {
 		t.Fatalf("Open(\"\") left %d files in the working directory", len(names))
+	}
+}
+
+// A store's directory given as a symbolic link to nothing is refused
+// naming it (it was "mkdir ...: file exists").
+func TestOpen_DanglingSymlinkIsNamed(t *testing.T) {
+	base := t.TempDir()
+	link := filepath.Join(base, "store")
+	if err := os.Symlink(filepath.Join(base, "gone"), link); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(link, nil)
+	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "symbolic link to nothing") {
+		t.Fatalf("Open of a dangling symbolic link: %v", err)
 	}
 }
