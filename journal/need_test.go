@@ -31,7 +31,7 @@ func TestOpen_NeedNamesMissingSegments(t *testing.T) {
 		need Need
 		want string
 	}{
-		{Need{First: 1}, "db-1.log@0: segments db-1.log to db-1.log are missing: the journal begins at db-2.log"},
+		{Need{First: 1}, "db-1.log@0: segment db-1.log is missing: the journal begins at db-2.log"},
 		{Need{First: 2, Last: last + 2}, (last + 1).String() + "@0: segments " + (last + 1).String() + " to " + (last + 2).String() + " are missing: the journal ends at " + last.String()},
 	} {
 		_, _, err := Open(testDir, Options{FS: fs, SegmentSize: 8 << 10, Need: c.need})

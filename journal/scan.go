@@ -186,7 +186,7 @@ func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ er
 	for i, id := range ids {
 		if i > 0 && id != ids[i-1]+1 {
 			d := Damage{From: Location{ids[i-1] + 1, 0}, To: Location{id, 0},
-				Reason: fmt.Sprintf("segments %s to %s are missing", ids[i-1]+1, id-1)}
+				Reason: MissingSegments(ids[i-1]+1, id-1)}
 			if !j.opts.SkipDamaged {
 				return segs, 0, fmt.Errorf("%w: %s: %s", ErrCorrupt, d.From, d.Reason)
 			}
@@ -242,6 +242,14 @@ func (j *Journal) scanAll(rep *OpenReport) (_ []*segment, nextID SegmentID, _ er
 
 // errUnsealed is the damage of a segment that ends without a seal while a
 // later segment exists (only the last segment may be unsealed).
+// MissingSegments says that the segments from to to are missing.
+func MissingSegments(from, to SegmentID) string {
+	if from == to {
+		return fmt.Sprintf("segment %s is missing", from)
+	}
+	return fmt.Sprintf("segments %s to %s are missing", from, to)
+}
+
 var errUnsealed = errors.New("segment ends without a seal, and a later segment exists")
 
 // missingNeeded checks the segments found (ids, ascending) against
@@ -252,7 +260,7 @@ func (j *Journal) missingNeeded(ids []SegmentID) ([]Damage, error) {
 	var ds []Damage
 	gone := func(from, to SegmentID, why string) {
 		ds = append(ds, Damage{From: Location{from, 0}, To: Location{to + 1, 0},
-			Reason: fmt.Sprintf("segments %s to %s are missing: %s", from, to, why)})
+			Reason: MissingSegments(from, to) + ": " + why})
 	}
 	switch {
 	case len(ids) == 0 && need.Last != 0:
@@ -260,7 +268,7 @@ func (j *Journal) missingNeeded(ids []SegmentID) ([]Damage, error) {
 		if first == 0 || first > need.Last {
 			first = need.Last
 		}
-		gone(first, need.Last, fmt.Sprintf("the journal has no segment, but the store needs %s to %s", first, need.Last))
+		gone(first, need.Last, "the journal has no segment, but the store needs them")
 	case len(ids) == 0:
 	default:
 		if need.First != 0 && ids[0] > need.First {

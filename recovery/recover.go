@@ -314,7 +314,7 @@ func checkOldest(st *State, o Options, rep *Report) error {
 		to = segs[0].ID - 1
 	}
 	d := journal.Damage{From: journal.Location{Segment: oldest}, To: journal.Location{Segment: to + 1},
-		Reason: fmt.Sprintf("segments %s to %s are missing: the journal begins after them, but the index refers to values in %s", oldest, to, oldest)}
+		Reason: fmt.Sprintf("%s: the journal begins after it, but the index refers to values in %s", journal.MissingSegments(oldest, to), oldest)}
 	if !o.Journal.SkipDamaged {
 		return fmt.Errorf("recovery: journal: %w: %s: %s", journal.ErrCorrupt, d.From, d.Reason)
 	}

@@ -69,8 +69,8 @@ func TestDamage_Stores(t *testing.T) {
 		{
 			name: "missing segment", damage: missingSegment, inspect: 1, check: 1,
 			found: []finding{
-				{"error", "journal", "db-2.log@0: segments db-2.log to db-2.log are missing"},
-				{"error", "store", "db-2.log to db-2.log are missing"},
+				{"error", "journal", "db-2.log@0: segment db-2.log is missing"},
+				{"error", "store", "segment db-2.log is missing"},
 			},
 			repair:    []string{},
 			applyCode: 1, afterCheck: 1, recoverCode: 1,

@@ -118,7 +118,7 @@ func TestCheckRecover_MissingSegment(t *testing.T) {
 				t.Fatal(err)
 			}
 			code, m := runJSON(t, "check", "--json", dir)
-			if code != exitProblems || !strings.Contains(fmt.Sprint(m["problems"]), gone+"@0: segments "+gone+" to "+gone+" are missing") {
+			if code != exitProblems || !strings.Contains(fmt.Sprint(m["problems"]), gone+"@0: segment "+gone+" is missing") {
 				t.Errorf("check: exit %d, %v", code, m["problems"])
 			}
 			code, _, errs := runTool(t, "recover", dir)
@@ -126,7 +126,7 @@ func TestCheckRecover_MissingSegment(t *testing.T) {
 				t.Errorf("recover: exit %d: %s", code, errs)
 			}
 			code, m = runJSON(t, "recover", "--json", "--skip-damaged", dir)
-			if code != 0 || !strings.Contains(jsonString(m["skipped"]), "segments "+gone+" to "+gone+" are missing") {
+			if code != 0 || !strings.Contains(jsonString(m["skipped"]), "segment "+gone+" is missing") {
 				t.Errorf("recover --skip-damaged: exit %d, %v", code, m)
 			}
 			if code, _, _ := runTool(t, "check", dir); code != exitProblems {
