@@ -78,8 +78,11 @@ type commitReq struct {
 	// leader (lead).
 	done chan struct{}
 	// onDone: the done functions of the deferred transactions in the
-	// batch (deferred.go), called by wait with its outcome.
+	// batch (deferred.go), called by wait with its outcome; settle: their
+	// counts for syncDeferred, settled by the leader once the batch is
+	// applied (or failed), whether or not anyone waits.
 	onDone []func(error)
+	settle []*deferFin
 	// Backing arrays for recs and ovKeys of a small batch.
 	recBuf   [2]journal.Record
 	ovKeyBuf [8]string
@@ -197,10 +200,14 @@ func (db *DB) commitHost(ops []op, async, own, deferred bool) error {
 // commitAsync.
 // The caller must hold db.writeMu (shared or exclusive) and txMu.
 func (db *DB) submit(ops []op, async, own bool) (*commitReq, error) {
+	// Set before it is queued: a leader reads them once it is.
+	settle := db.settleNext
+	db.settleNext = nil
 	req, err := db.encode(ops, own)
 	if err != nil {
 		return nil, err
 	}
+	req.settle = settle
 	req.async = async
 	req.detached = db.detaching
 	// The caller waited for room before it took txMu (waitForRoom): a
@@ -245,23 +252,47 @@ func (db *DB) giveLeadLocked() {
 	q := &db.cq
 	next := q.mu.queue[0]
 	if next.detached && next.claim.Load() == claimNone {
+		// held is stored before the writers' waiting flags are read: a
+		// writer that sets its flag after the read below then reads held
+		// (wait sets the flag, then reads held), so none blocks unseen.
+		q.held.Store(next)
 		for _, r := range q.mu.queue[1:] {
 			if r.waiting.Load() {
+				q.held.Store(nil)
 				r.proxy = true
 				r.done <- struct{}{}
 				return
 			}
 		}
-		q.held.Store(next)
+		if testHookHeldMarked != nil {
+			testHookHeldMarked()
+		}
+		// Likewise drainUntil counts itself in drainers before it reads
+		// held.
 		if f := &db.fl; f.drainers.Load() > 0 {
 			f.mu.Lock() // a leaf lock
 			f.cond.Broadcast()
 			f.mu.Unlock()
 		}
+		if dq := &db.dq; dq.waiters.Load() > 0 {
+			dq.Lock() // a leaf lock here
+			dq.idle.Broadcast()
+			dq.Unlock()
+		}
 	}
 	next.lead = true
 	next.done <- struct{}{}
 }
+
+// testHookHeldMarked and testHookDrainChecked, if set (by tests only), run
+// where giveLeadLocked found no writer waiting behind a detached head it
+// marks held, and where drainUntil found no held head and is about to
+// sleep: a test stalls them there, as the OS descheduling the thread would.
+var testHookHeldMarked, testHookDrainChecked func()
+
+// testHookWait, if set (by tests only), runs in wait before req's waiting
+// flag is set (read false) and after each read of held (read true).
+var testHookWait func(req *commitReq, read bool)
 
 // takeHeld takes the leader role from h, a detached request holding it
 // while its owner is not in wait, for a writer in wait (or drain): it
@@ -299,9 +330,16 @@ func (db *DB) wait(req *commitReq) error {
 			<-req.done
 		}
 	}
+	if testHookWait != nil {
+		testHookWait(req, false)
+	}
 	req.waiting.Store(true)
 	for {
-		if h := q.held.Load(); h != nil && h != req && q.takeHeld(h) {
+		h := q.held.Load()
+		if testHookWait != nil {
+			testHookWait(req, true)
+		}
+		if h != nil && h != req && q.takeHeld(h) {
 			db.leadFor(req)
 		}
 		<-req.done
@@ -429,6 +467,9 @@ func (db *DB) lead() {
 		recycleOps(r.ops)
 		r.ops = nil
 		r.err = err
+		for _, f := range r.settle {
+			f.settle()
+		}
 		if !r.lead {
 			r.done <- struct{}{}
 		}

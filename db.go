@@ -81,7 +81,10 @@ type DB struct {
 	// detaching (under txMu): the batches queued now are a Submit's,
 	// waited for whenever its Commit is (commitReq.detached).
 	detaching bool
-	fl        inflight
+	// settleNext (under txMu): the counts of the deferred transactions
+	// whose writes the next batch queued carries (commitReq.settle).
+	settleNext []*deferFin
+	fl         inflight
 	// dq holds the deferred transactions (deferred.go).
 	dq deferredQueue
 	// txSnap is the Snapshot the next transaction's function reads

@@ -43,6 +43,35 @@ type deferredTxn struct {
 	// end: once folded into a transaction and run, the end of its writes
 	// in that transaction's ops (they begin at the previous one's end).
 	end int
+	// fin counts it finished for syncDeferred (done calls it too).
+	fin *deferFin
+}
+
+// deferFin is a deferred transaction's place in the count syncDeferred
+// waits for (dq.live): settled once its writes are applied or known never
+// to be, which is when its done is called, or before that, by the leader
+// that applied the batch carrying them (commitReq.settle): done runs only
+// when that batch's Commit is waited for, and Sync (and Checkpoint) must
+// not wait for a Wait the same goroutine makes after them.
+type deferFin struct {
+	db      *DB
+	epoch   uint64
+	done    func(error)
+	settled atomic.Bool
+}
+
+func (f *deferFin) settle() {
+	if f.settled.CompareAndSwap(false, true) {
+		f.db.deferFinished(f.epoch)
+	}
+}
+
+// finish calls the user's done with err and settles f.
+func (f *deferFin) finish(err error) {
+	defer f.settle()
+	if f.done != nil {
+		f.db.callDone(f.done, err)
+	}
 }
 
 // deferredQueue holds the deferred transactions not yet run.
@@ -63,6 +92,9 @@ type deferredQueue struct {
 	epoch uint64
 	live  map[uint64]int
 	idle  *sync.Cond // on the queue's mutex: an epoch's count reached 0
+	// waiters counts the syncDeferred calls waiting on idle (counted
+	// before they read the commit queue's held: giveLeadLocked wakes them).
+	waiters atomic.Int32
 }
 
 // Defer queues fn as a transaction in the user indexes; see
@@ -145,13 +177,8 @@ func (db *DB) deferTxn(prefix string, fn func(tx *Txn) error, done func(error)) 
 		q.live = map[uint64]int{}
 	}
 	q.live[e]++
-	finish := func(err error) {
-		defer db.deferFinished(e)
-		if done != nil {
-			db.callDone(done, err)
-		}
-	}
-	q.fns = append(q.fns, deferredTxn{prefix: prefix, fn: fn, done: finish})
+	fin := &deferFin{db: db, epoch: e, done: done}
+	q.fns = append(q.fns, deferredTxn{prefix: prefix, fn: fn, done: fin.finish, fin: fin})
 	q.queued.Store(int32(len(q.fns)))
 	if !q.armed {
 		q.armed = true
@@ -282,7 +309,21 @@ func (db *DB) syncDeferred() error {
 				return err
 			}
 		default:
+			// The batch carrying one may be a Submit's whose Commit is
+			// not yet waited for, holding the leader role: commit it
+			// (giveLeadLocked wakes this wait when it marks one held).
+			q.waiters.Add(1)
+			if h := db.cq.held.Load(); h != nil {
+				q.waiters.Add(-1)
+				q.Unlock()
+				if db.cq.takeHeld(h) {
+					db.leadFor(nil)
+				}
+				q.Lock()
+				continue
+			}
 			q.idle.Wait()
+			q.waiters.Add(-1)
 		}
 	}
 }
@@ -411,6 +452,18 @@ func (tx *Txn) foldedDone() []func(error) {
 	return out
 }
 
+// foldedFins returns the counts (deferFin) of the deferred transactions
+// that joined tx and succeeded, settled when tx's batch is applied.
+func (tx *Txn) foldedFins() []*deferFin {
+	var out []*deferFin
+	for _, d := range tx.folded {
+		if d.done != nil && d.fin != nil {
+			out = append(out, d.fin)
+		}
+	}
+	return out
+}
+
 // txnMark is a point a Txn can be rolled back to.
 type txnMark struct{ ops, size int }
 
@@ -489,6 +542,9 @@ func (db *DB) runDeferred(fns []deferredTxn, async bool) []*commitReq {
 				d.done(nil)
 			}
 			continue
+		}
+		if d.done != nil {
+			db.settleNext = append(db.settleNext, d.fin)
 		}
 		req, err := db.submit(tx.b.ops, async || tx.noSync, true)
 		if err != nil {
@@ -617,6 +673,9 @@ func (db *DB) splitFolded(tx *Txn) (pre []*commitReq, own []op, err error) {
 		}
 		// Copied (own false): the parts share one array, which a request
 		// owning it could give back to the pool.
+		if done != nil {
+			db.settleNext = append(db.settleNext, d.fin)
+		}
 		req, serr := db.submit(part, true, false)
 		if serr != nil {
 			if errors.Is(serr, ErrClosed) || errors.Is(serr, ErrFailed) {

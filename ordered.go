@@ -179,9 +179,13 @@ func (db *DB) drainUntil(deadline time.Time) bool {
 		defer t.Stop()
 	}
 	for f.n > 0 {
+		// Counted before held is read: giveLeadLocked stores held, then
+		// reads drainers, and wakes the drains it counts (under f.mu).
+		f.drainers.Add(1)
 		if h := db.cq.held.Load(); h != nil {
 			// A Submit's Commit not waited for holds the leader role:
-			// commit it (giveLeadLocked wakes this wait when it marks one).
+			// commit it.
+			f.drainers.Add(-1)
 			f.mu.Unlock()
 			if db.cq.takeHeld(h) {
 				db.leadFor(nil)
@@ -190,9 +194,12 @@ func (db *DB) drainUntil(deadline time.Time) bool {
 			continue
 		}
 		if !deadline.IsZero() && !time.Now().Before(deadline) {
+			f.drainers.Add(-1)
 			return false
 		}
-		f.drainers.Add(1)
+		if testHookDrainChecked != nil {
+			testHookDrainChecked()
+		}
 		f.cond.Wait()
 		f.drainers.Add(-1)
 	}
@@ -239,9 +246,10 @@ func (db *DB) lockTx(call string) error {
 // waited for does not hold up the writes queued after it: a writer that
 // waits behind it leads the commit of both (so a goroutine may Submit,
 // write, and then Wait). While no other write comes, it waits for its
-// Wait. Close waits for the Commits in flight up to Options.CloseWait; one
-// still not committed then is abandoned (never acknowledged, so nothing
-// acknowledged is lost) and its Wait returns ErrClosed.
+// Wait. Close commits the Commits not waited for; it waits for the writes
+// in flight up to Options.CloseWait, and one still not committed then is
+// abandoned (never acknowledged, so nothing acknowledged is lost) and its
+// Wait returns ErrClosed.
 type Commit struct {
 	db  *DB
 	req *commitReq // nil: the transaction wrote nothing
@@ -358,6 +366,7 @@ func (db *DB) submitTxn(prefix string, fn func(tx *Txn) error) (*Commit, error) 
 			req, err = db.submit(own, tx.noSync, false)
 		}
 	} else if err == nil && len(tx.b.ops) > 0 {
+		db.settleNext = tx.foldedFins()
 		req, err = db.submit(tx.b.ops, tx.noSync, true)
 	}
 	if err != nil {

@@ -164,3 +164,54 @@ func TestSubmit_ManyWritersWaitingLateAndInAnyOrder(t *testing.T) {
 		})
 	}
 }
+
+// Sync and Checkpoint wait for the deferred transactions before them. One
+// that joined a Submit (or was queued before it) used to count as pending
+// until its done ran, which only the Commit's Wait does: a goroutine that
+// deferred, submitted, then synced before its Wait waited for itself for
+// ever (an outside tester, 2026-12-07). Now the count drops once the batch
+// is applied, by whichever writer leads it.
+func TestSubmit_SyncBeforeWaitOfACommitHostingDeferred(t *testing.T) {
+	for _, c := range []struct{ name, ns string }{{"folded", ""}, {"other-namespace", "other"}} {
+		for _, call := range []string{"sync", "checkpoint"} {
+			t.Run(c.name+"/"+call, func(t *testing.T) {
+				db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem(), SyncInterval: time.Hour})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer db.Close()
+				done := make(chan error, 1)
+				if err := db.Defer(func(tx *kdb.Txn) error { return tx.Put("d", []byte("k"), []byte("v")) },
+					func(err error) { done <- err }); err != nil {
+					t.Fatal(err)
+				}
+				submit := db.Submit
+				if c.ns != "" {
+					ns, err := db.Namespace(c.ns)
+					if err != nil {
+						t.Fatal(err)
+					}
+					submit = ns.Submit
+				}
+				cm, err := submit(func(tx *kdb.Txn) error { return tx.Put("s", []byte("k"), []byte("v")) })
+				if err != nil {
+					t.Fatal(err)
+				}
+				what := map[string]func() error{"sync": db.Sync, "checkpoint": db.Checkpoint}[call]
+				mustWithin(t, 10*time.Second, call+" before the Wait of a Submit hosting a deferred transaction", what)
+				mustWithin(t, 10*time.Second, "Wait", cm.Wait)
+				select {
+				case err := <-done:
+					if err != nil {
+						t.Fatal(err)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("the deferred transaction's done never ran")
+				}
+				if _, err := db.Get("d", []byte("k")); err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}

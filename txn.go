@@ -40,7 +40,8 @@ type Txn struct {
 // before them are applied; concurrent blind writes belong in Write, ordered
 // ones in Submit. The deferred transactions queued (Defer) run first; fn's
 // commit makes them durable with it, and an Update whose fn writes nothing
-// syncs them itself (under SyncAlways), as any write that returns would.
+// syncs them itself (under SyncAlways), and any NoSync commit before it, as
+// any write that returns would.
 //
 // Inside fn, Get, View and Checkpoint work (Get and View see the committed
 // state, without fn's writes); Update, Submit, Write, Put, Delete and
@@ -67,9 +68,7 @@ func (db *DB) update(prefix string, fn func(tx *Txn) error) error {
 		return err
 	}
 	// The deferred transactions come first (deferred.go).
-	hosted := false
 	if fns := db.takeDeferred(); len(fns) > 0 {
-		hosted = true
 		reqs := func() []*commitReq {
 			db.txMu.Lock()         // free: writeMu excludes every other writer
 			defer db.txMu.Unlock() // deferred: see runDeferred
@@ -86,12 +85,14 @@ func (db *DB) update(prefix string, fn func(tx *Txn) error) error {
 	}
 	tx.s = nil
 	if len(tx.b.ops) == 0 {
-		if hosted && db.opts.Sync == SyncAlways {
-			// The deferred transactions it ran were committed without a
-			// sync of their own, to be made durable by the write hosting
-			// them: this one writes nothing, so it syncs them, as a write
-			// would (a broker's AckAsync before a Subscribe that finds the
-			// subscription, or a Purge of an empty queue).
+		if db.opts.Sync == SyncAlways {
+			// The deferred transactions it ran (and those its drain
+			// committed, and any NoSync commit before it) were committed
+			// without a sync of their own, to be made durable by the next
+			// synced write: this one writes nothing, so it syncs them, as
+			// a write would (a broker's AckAsync before a Subscribe that
+			// finds the subscription, or a Purge of an empty queue). With
+			// nothing unsynced it costs no fdatasync.
 			if err := db.j.Sync(); err != nil {
 				return db.fail(err)
 			}

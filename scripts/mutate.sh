@@ -133,7 +133,7 @@ m deferred-goexit-unanswered deferred.go \
   'if tx != nil && tx.goexit {' 'if false && tx != nil && tx.goexit {' \
   '.' "a deferred function that calls runtime.Goexit in a write's or a Sync's host is never answered and the requests queued before it never waited for: Sync waits for ever, the writes queued after it never commit"
 m update-noop-skips-deferred-sync txn.go \
-  'if hosted && db.opts.Sync == SyncAlways {' 'if false && hosted && db.opts.Sync == SyncAlways {' \
+  $'if db.opts.Sync == SyncAlways {\n\t\t\t// The deferred transactions it ran' $'if false {\n\t\t\t// The deferred transactions it ran' \
   '. ./broker' "an Update whose function writes nothing returns without syncing the deferred transactions it ran: an AckAsync before a broker Subscribe that finds its subscription, or a Purge of an empty queue, is lost at a power loss after they returned"
 m subscribe-unbounded broker/broker.go \
   'b.db.MaxBatchSize(); need > max {' 'b.db.MaxBatchSize(); need > max && false {' \
