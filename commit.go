@@ -284,6 +284,16 @@ func (db *DB) giveLeadLocked() {
 	next.done <- struct{}{}
 }
 
+// leadHeld commits the group of h, a detached request marked held, if the
+// leader role can still be taken from it: for the waits that are no
+// writer's (an Update's or Close's drain, Sync's wait for the deferred
+// transactions).
+func (db *DB) leadHeld(h *commitReq) {
+	if db.cq.takeHeld(h) {
+		db.lead()
+	}
+}
+
 // testHookHeldMarked and testHookDrainChecked, if set (by tests only), run
 // where giveLeadLocked found no writer waiting behind a detached head it
 // marks held, and where drainUntil found no held head and is about to
@@ -364,14 +374,10 @@ func (db *DB) wait(req *commitReq) error {
 }
 
 // leadFor leads the group at the head of the queue for a detached request
-// whose owner is not in wait, from req's writer, which is (or from drain,
-// req nil): req may be in the group, answered as a follower, but is not
-// one to hand the apply to (handApply), since its writer is the leader.
+// whose owner is not in wait, from req's writer, which is: req may be in
+// the group, answered as a follower, but is not one to hand the apply to
+// (handApply), since its writer is the leader.
 func (db *DB) leadFor(req *commitReq) {
-	if req == nil {
-		db.lead()
-		return
-	}
 	req.leadingFor.Store(true)
 	db.lead()
 	req.leadingFor.Store(false)

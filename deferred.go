@@ -316,9 +316,7 @@ func (db *DB) syncDeferred() error {
 			if h := db.cq.held.Load(); h != nil {
 				q.waiters.Add(-1)
 				q.Unlock()
-				if db.cq.takeHeld(h) {
-					db.leadFor(nil)
-				}
+				db.leadHeld(h)
 				q.Lock()
 				continue
 			}

@@ -187,9 +187,7 @@ func (db *DB) drainUntil(deadline time.Time) bool {
 			// commit it.
 			f.drainers.Add(-1)
 			f.mu.Unlock()
-			if db.cq.takeHeld(h) {
-				db.leadFor(nil)
-			}
+			db.leadHeld(h)
 			f.mu.Lock()
 			continue
 		}
