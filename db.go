@@ -153,11 +153,11 @@ func open(dir string, opts *Options) (*DB, error) {
 		dir = abs
 	}
 	if o.FS == vfs.OS {
-		if st, err := os.Lstat(dir); err == nil && st.Mode()&os.ModeSymlink != 0 {
-			if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-				// Else MkdirAll's "file exists", which says nothing of why.
-				return nil, fmt.Errorf("%w: open %s: a symbolic link to nothing: make the directory it names, or name another", ErrInvalid, dir)
-			}
+		// Else MkdirAll's "file exists", which says nothing of why.
+		if l := danglingLink(dir); l == dir {
+			return nil, fmt.Errorf("%w: open %s: a symbolic link to nothing: make the directory it names, or name another", ErrInvalid, dir)
+		} else if l != "" {
+			return nil, fmt.Errorf("%w: open %s: %s is a symbolic link to nothing: make the directory it names, or name another", ErrInvalid, dir, l)
 		}
 	}
 	archive := o.ArchiveDir
@@ -685,4 +685,26 @@ func (db *DB) fits(ops []op) error {
 		maxVal = max(maxVal, len(o.value))
 	}
 	return db.checkBounds(batchSize, maxVal, batchSize+64+vals, len(ops))
+}
+
+// danglingLink returns the deepest of dir and its parents that exists, if
+// it is a symbolic link to nothing (MkdirAll cannot make the store's
+// directory through it), or "".
+func danglingLink(dir string) string {
+	for p := dir; ; {
+		st, err := os.Lstat(p)
+		if err == nil {
+			if st.Mode()&os.ModeSymlink != 0 {
+				if _, err := os.Stat(p); errors.Is(err, fs.ErrNotExist) {
+					return p
+				}
+			}
+			return ""
+		}
+		q := filepath.Dir(p)
+		if q == p {
+			return ""
+		}
+		p = q
+	}
 }

@@ -118,4 +118,11 @@ func TestOpen_DanglingSymlinkIsNamed(t *testing.T) {
 	if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), "symbolic link to nothing") {
 		t.Fatalf("Open of a dangling symbolic link: %v", err)
 	}
+	// And a store under it: the link is named, not the store's directory.
+	for _, dir := range []string{filepath.Join(link, "sub"), filepath.Join(link, "a", "b")} {
+		_, err := Open(dir, nil)
+		if !errors.Is(err, ErrInvalid) || !strings.Contains(err.Error(), link+" is a symbolic link to nothing") {
+			t.Fatalf("Open(%s) under a dangling symbolic link: %v", dir, err)
+		}
+	}
 }
