@@ -74,6 +74,7 @@ func main() {
 		logLevel  = flag.String("log-level", "warn", "raft's log level")
 	)
 	flag.Parse()
+	restrictUmask()
 	if *cluster > 0 {
 		if *dir == "" {
 			log.Fatal("-cluster needs -dir")
@@ -147,7 +148,7 @@ func (n *node) boot(cfg nodeConfig) error {
 	if n.me.id == "" {
 		return fmt.Errorf("id %q not in -peers", n.id)
 	}
-	if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
+	if err := os.MkdirAll(cfg.dir, 0o750); err != nil {
 		return err
 	}
 	db, err := kdb.Open(filepath.Join(cfg.dir, "kdb"), nil)
@@ -280,6 +281,12 @@ func (n *node) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 			}
 			if err != nil || len(body) == 0 {
 				http.Error(w, "need a value of 1 byte to 1 MiB", http.StatusBadRequest)
+				return
+			}
+			if len(key) > kdb.MaxKeySize {
+				// Refused here, not by every node's FSM after raft
+				// committed it to every log.
+				http.Error(w, fmt.Sprintf("key of %d bytes (max %d)", len(key), kdb.MaxKeySize), http.StatusBadRequest)
 				return
 			}
 			n.put(w, req, key, body)
