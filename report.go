@@ -40,6 +40,12 @@ type RecoveryReport struct {
 	// checkpoint (RedoPages page images).
 	RedoApplied bool
 	RedoPages   int
+	// RedoIgnored says why a db.redo present was not applied ("" if it
+	// was, or there was none): already applied, incomplete (a crash while
+	// it was written), or not this db.data's (another store's, another
+	// page size, older than the meta, or further ahead of it than a crash
+	// leaves it: db.data put back from an earlier copy).
+	RedoIgnored string
 
 	// ReplayFrom is the last journal record the checkpoint covered.
 	ReplayFrom      string
@@ -77,6 +83,7 @@ func newRecoveryReport(r *recovery.Report) RecoveryReport {
 		CheckpointID:       r.PageFile.MetaID.String(),
 		RedoApplied:        r.PageFile.RedoApplied,
 		RedoPages:          r.PageFile.RedoPages,
+		RedoIgnored:        r.PageFile.RedoIgnored,
 		ReplayFrom:         r.ReplayFrom.String(),
 		RecordsReplayed:    r.RecordsReplayed,
 		BytesReplayed:      r.BytesReplayed,

@@ -328,6 +328,17 @@ func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
 		rep.RedoIgnored = fmt.Sprintf("db.redo checkpoint %v older than meta %v", h.id, meta.ID)
 	case h.id.Seq == meta.Seq && h.id != meta.ID:
 		rep.RedoIgnored = fmt.Sprintf("db.redo checkpoint %v != meta %v", h.id, meta.ID)
+	case h.id.Seq > meta.Seq+1:
+		// A crash leaves db.redo at most one checkpoint ahead of the
+		// newest meta, or two when that meta's slot is lost (the other
+		// slot then holds the one before it). Further ahead, db.data is
+		// older than the checkpoint db.redo follows (an earlier copy put
+		// back): its pages would land on a file that lacks the
+		// checkpoints in between, ruining a store whose journal may
+		// still hold everything since db.data's own checkpoint.
+		if other, _ := o.otherSlot(slot); other.PageSize != 0 || h.id.Seq > meta.Seq+2 { // PageSize 0: the slot unreadable
+			rep.RedoIgnored = fmt.Sprintf("db.redo checkpoint %v is more than one checkpoint ahead of meta %v (other meta slot: checkpoint %d): db.data is older than the checkpoint db.redo follows", h.id, meta.ID, other.Seq)
+		}
 	}
 	if rep.RedoIgnored != "" {
 		f.opts.Logger.Warn("pagefile: db.redo ignored", "reason", rep.RedoIgnored)

@@ -331,6 +331,9 @@ m broker-delete-under-prepared-acks broker/unsub.go \
 m broker-prepare-ignores-recreated-dest broker/tx.go \
   '} else if err != nil || d.id != id {' '} else if (err != nil || d.id != id) && false {' \
   './broker' "Prepare stores acks of a destination deleted and made again after its dry run: CommitPrepared acks the new destination's messages"
+m redo-applied-over-older-data pagefile/open.go \
+  'other.PageSize != 0 || h.id.Seq > meta.Seq+2 {' 'false {' \
+  '.' "db.redo several checkpoints ahead of db.data's meta (an earlier copy of db.data put back) is applied over it: a store whose journal held everything is ruined"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
