@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb/index"
+	"github.com/kdb-project/kdb/internal/storefile"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
 	"github.com/kdb-project/kdb/recovery"
@@ -366,7 +367,7 @@ func archiveDir(fsys vfs.FS, dir, p string) (string, error) {
 	}
 	rel, _ := filepath.Rel(dir, p)
 	first, _, _ := strings.Cut(rel, string(filepath.Separator))
-	if isStoreFile(first) {
+	if storefile.Is(first) { // a name the store writes, or writes through (db.free.tmp, db-N.log.tmp)
 		return "", fmt.Errorf("%w: ArchiveDir %q: %s is one of the store's files", ErrInvalid, p, first)
 	}
 	if _, isDir, err := fsys.Stat(p); err == nil && !isDir {
@@ -394,26 +395,6 @@ func archiveDir(fsys vfs.FS, dir, p string) (string, error) {
 		}
 	}
 	return p, nil
-}
-
-// isStoreFile reports whether name is one the store keeps in its
-// directory: the page file's, the lock, or a journal segment.
-func isStoreFile(name string) bool {
-	switch name {
-	case "lock", "db.data", "db.redo", "db.free", "db.free.prev":
-		return true
-	}
-	num, ok := strings.CutPrefix(name, "db-")
-	num, ok2 := strings.CutSuffix(num, ".log")
-	if !ok || !ok2 || num == "" {
-		return false
-	}
-	for _, c := range num {
-		if c < '0' || c > '9' {
-			return false
-		}
-	}
-	return true
 }
 
 func (db *DB) unlock() {

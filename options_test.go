@@ -84,7 +84,7 @@ func TestOptions_ArchiveDirChecked(t *testing.T) {
 	if err := os.Symlink(outside, filepath.Join(dir, "out")); err != nil {
 		t.Fatal(err)
 	}
-	for _, a := range []string{"db.data", "lock", "db-1.log", "db-1.log/x", "db.free/old", "notes", "a\x00b", "out", "out/x", ".."} {
+	for _, a := range []string{"db.data", "lock", "db-1.log", "db-1.log/x", "db.free/old", "db.free.tmp", "db-7.log.tmp", "db.data.broken", "notes", "a\x00b", "out", "out/x", ".."} {
 		db, err := kdb.Open(dir, &kdb.Options{ArchiveDir: a})
 		if !errors.Is(err, kdb.ErrInvalid) {
 			if err == nil {

@@ -14,14 +14,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/journal"
+	"github.com/kdb-project/kdb/internal/storefile"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -458,7 +457,7 @@ func demoRemovable(dir string) error {
 			marked = true
 			continue
 		}
-		if !storeFileName(e.Name()) || !e.Type().IsRegular() {
+		if !storefile.Is(e.Name()) || !e.Type().IsRegular() {
 			return fmt.Errorf("%s holds %s, which is not a store's file: name a new directory (the demo deletes and rebuilds it)", dir, e.Name())
 		}
 	}
@@ -543,24 +542,4 @@ func lockDemoDir(dir string) (vfs.Locker, error) {
 		return nil, fmt.Errorf("%w: %s: the store is open in another process (or handle); the demo deletes and rebuilds it: close it first, or name another directory: %w", kdb.ErrLocked, dir, err)
 	}
 	return lk, err
-}
-
-// storeFileName reports whether name is one a store's directory holds:
-// the page file's, the journal's segments, the lock, and their temporary
-// and .broken, .broken.N (kdbtool repair) copies, and a repair's
-// temporary copy (.broken.tmp) that a kill left.
-func storeFileName(name string) bool {
-	name = strings.TrimSuffix(name, ".tmp")
-	if i := strings.LastIndex(name, ".broken."); i >= 0 {
-		if _, err := strconv.ParseUint(name[i+len(".broken."):], 10, 64); err == nil {
-			name = name[:i]
-		}
-	}
-	name = strings.TrimSuffix(strings.TrimSuffix(name, ".broken"), ".tmp")
-	switch name {
-	case "db.data", "db.redo", "db.free", "db.free.prev", "lock":
-		return true
-	}
-	_, ok := journal.ParseSegmentName(name)
-	return ok
 }
