@@ -483,3 +483,53 @@ func TestFreeListTempNotRegular(t *testing.T) {
 		})
 	}
 }
+
+// TestVerify_ExitIOWhenCloseFails: verify (a writable open, as the
+// application's after a crash) exits 3 naming the failure when its closing
+// checkpoint fails, as recover does; it exited 0, "ok": true, with the
+// store's recovery not done.
+func TestVerify_ExitIOWhenCloseFails(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "s")
+	code, keys, errs := runTool(t, "stress", dir, "--count", "200", "-size", "100")
+	if code != exitOK {
+		t.Fatalf("stress: exit %d: %s", code, errs)
+	}
+	acked := filepath.Join(t.TempDir(), "acked")
+	if err := os.WriteFile(acked, []byte(keys), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A crash's leftovers for the open to recover: db.free gone, so the
+	// free list is rebuilt and the open asks for a checkpoint.
+	if err := os.Remove(filepath.Join(dir, "db.free")); err != nil {
+		t.Fatal(err)
+	}
+	outside := filepath.Join(t.TempDir(), "outside")
+	for _, asJSON := range []bool{false, true} {
+		args := []string{"verify", "--acked", acked, dir}
+		if asJSON {
+			args = append([]string{"verify", "--json"}, args[1:]...)
+		}
+		cmd := exec.Command(os.Args[0], args...)
+		cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1", "KDBTOOL_TEST_PLANT_FREE_TMP="+outside)
+		var out, errb strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		err := cmd.Run()
+		code := 0
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if code != exitIO || !strings.Contains(out.String()+errb.String(), "close: ") || !strings.Contains(out.String()+errb.String(), "db.free.tmp") {
+			t.Errorf("%q: exit %d, want 3 naming the failed close:\nstdout: %s\nstderr: %s", args, code, out.String(), errb.String())
+		}
+		if err := os.Remove(filepath.Join(dir, "db.free.tmp")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Lstat(outside); !os.IsNotExist(err) {
+		t.Errorf("the closing checkpoint wrote through the link at db.free.tmp: %v", err)
+	}
+}

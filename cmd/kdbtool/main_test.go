@@ -35,7 +35,7 @@ func TestMain(m *testing.M) {
 				time.Sleep(time.Hour)
 			}
 		}
-		// KDBTOOL_TEST_PLANT_FREE_TMP=TARGET: once recover has the store
+		// KDBTOOL_TEST_PLANT_FREE_TMP=TARGET: once recover (or verify) has the store
 		// open, plant a symbolic link to TARGET at db.free.tmp, where its
 		// closing checkpoint writes the free list. A background checkpoint
 		// (the one recovery asked for) may hold db.free.tmp for a moment:

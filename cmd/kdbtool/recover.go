@@ -102,5 +102,6 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 }
 
 // testHookBeforeClose, if set (by tests only: TestMain sets it in a child
-// process), runs once recover has the store open, before its Close.
+// process), runs once recover (or a writable verify) has the store open,
+// before its Close.
 var testHookBeforeClose func(dir string)

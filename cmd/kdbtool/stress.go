@@ -341,7 +341,12 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return failed(stdout, stderr, "verify", *asJSON, "", err, exitFor(err))
 	}
-	defer db.Close()
+	closed := false
+	defer func() {
+		if !closed {
+			db.Close()
+		}
+	}()
 	if !*readOnly {
 		r := db.Recovery()
 		fmt.Fprintf(stderr, "verify: recovery: free list %s, %d records replayed, %d torn bytes truncated\n",
@@ -382,6 +387,16 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	p.done()
 	if err := sc.Err(); err != nil {
 		return failed(stdout, stderr, "verify", *asJSON, "reading "+*ackedPath+": ", err, exitIO)
+	}
+	// A writable open ends with the checkpoint recovery asked for: if it
+	// fails (a full disk, a directory it may not write), the store is not
+	// as verified; say so, as recover does.
+	closed = true
+	if testHookBeforeClose != nil && !*readOnly {
+		testHookBeforeClose(dir)
+	}
+	if err := db.Close(); err != nil {
+		return failed(stdout, stderr, "verify", *asJSON, "close: ", err, exitIO)
 	}
 	out.OK = len(out.Missing) == 0 && len(out.Mismatched) == 0
 	if *asJSON {
