@@ -51,6 +51,9 @@ type ExportReport struct {
 // deferred transaction (Namespace.Defer, a broker's AckAsync) that has not
 // joined a batch yet is not in it; call Sync first to include them.
 func (db *DB) Export(w io.Writer) (*ExportReport, error) {
+	if w == nil {
+		return nil, fmt.Errorf("%w: Export: nil writer", ErrInvalid)
+	}
 	rep := &ExportReport{}
 	h := xxhash.New()
 	bw := bufio.NewWriterSize(io.MultiWriter(w, h), 1<<20)
@@ -176,6 +179,9 @@ func Import(dir string, r io.Reader, opts *Options) (*ExportReport, error) {
 	fsys := o.FS
 	if dir == "" {
 		return nil, fmt.Errorf("%w: Import: empty directory name", ErrInvalid)
+	}
+	if r == nil {
+		return nil, fmt.Errorf("%w: Import: nil reader", ErrInvalid)
 	}
 	dir = filepath.Clean(dir)
 	if b := filepath.Base(dir); b == "." || b == ".." || b == string(filepath.Separator) {

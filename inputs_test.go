@@ -9,9 +9,9 @@ import (
 	"github.com/kdb-project/kdb/vfs"
 )
 
-// TestAPI_NilFunctionsAndBatches: Write(nil), View(nil), Update(nil) and
-// Submit(nil) are ErrInvalid (they were nil-pointer panics), as Defer(nil)
-// already was.
+// TestAPI_NilFunctionsAndBatches: Write(nil), View(nil), Update(nil),
+// Submit(nil), Export(nil) and Import of a nil reader are ErrInvalid (they
+// were nil-pointer panics), as Defer(nil) already was.
 func TestAPI_NilFunctionsAndBatches(t *testing.T) {
 	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem()})
 	if err != nil {
@@ -24,9 +24,13 @@ func TestAPI_NilFunctionsAndBatches(t *testing.T) {
 	}
 	_, submitErr := db.Submit(nil)
 	_, nsSubmitErr := ns.Submit(nil)
+	_, exportErr := db.Export(nil)
+	mem := vfs.NewMem()
+	_, importErr := kdb.Import("/imp", nil, &kdb.Options{FS: mem})
 	for name, err := range map[string]error{
 		"Write": db.Write(nil), "View": db.View(nil), "Update": db.Update(nil), "Submit": submitErr,
 		"Namespace.View": ns.View(nil), "Namespace.Update": ns.Update(nil), "Namespace.Submit": nsSubmitErr,
+		"Export": exportErr, "Import": importErr,
 	} {
 		if !errors.Is(err, kdb.ErrInvalid) {
 			t.Errorf("%s(nil): %v, want ErrInvalid", name, err)
@@ -34,6 +38,11 @@ func TestAPI_NilFunctionsAndBatches(t *testing.T) {
 	}
 	if err := db.Put("t", []byte("k"), []byte("v")); err != nil {
 		t.Fatalf("Put after: %v", err)
+	}
+	// Import(nil) left nothing behind (it left a temporary directory and
+	// a lock beside the one named).
+	if names, err := mem.ReadDir("/"); err != nil || len(names) != 0 {
+		t.Errorf("Import(nil) left %q (%v)", names, err)
 	}
 }
 
