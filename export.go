@@ -95,12 +95,23 @@ func (db *DB) Export(w io.Writer) (*ExportReport, error) {
 			}
 			records++
 			rep.Trees++
+			// What Import refuses, Export refuses first: keys out of
+			// order or a key count that is not the tree's (damaged pages
+			// whose checksums hold, a duplicated child pointer) made an
+			// export that ended "ok" and could never be imported.
+			var prev []byte
+			var n uint64
 			c := t.cursor()
 			for k, v, ok := c.first(); ok; k, v, ok = c.next() {
 				// A long export may outlast Close's wait: stop cleanly.
 				if err := s.usable(); err != nil {
 					return err
 				}
+				if n > 0 && bytes.Compare(k, prev) <= 0 {
+					return fmt.Errorf("%w: tree %q: key %q after %q: the index is out of order (kdbtool check names the damaged pages)", ErrCorrupt, name, k, prev)
+				}
+				prev = append(prev[:0], k...)
+				n++
 				val, err := db.resolve(v)
 				if err != nil {
 					return fmt.Errorf("tree %q key %q: %w", name, k, err)
@@ -120,6 +131,9 @@ func (db *DB) Export(w io.Writer) (*ExportReport, error) {
 			}
 			if c.err != nil {
 				return c.err
+			}
+			if n != t.count {
+				return fmt.Errorf("%w: tree %q holds %d keys, its count says %d (kdbtool check names the damage)", ErrCorrupt, name, n, t.count)
 			}
 		}
 		return nil
