@@ -182,7 +182,9 @@ func (tx *Tx) Rollback() { tx.done = true }
 // message by its ID (GetMessage, or Read). A prepared transaction holds no lock:
 // a conflicting write made before CommitPrepared makes it fail (then roll it
 // back); only a DeleteDestination of a destination it acks in is refused
-// until it is finished. On return (nil) it is durable.
+// until it is finished. It may ack only messages sent before it: an ack of
+// one of its own sends (numbered only at CommitPrepared) is ErrInvalid, as
+// is an ack in a destination it creates. On return (nil) it is durable.
 func (tx *Tx) Prepare(xid string) error {
 	if err := tx.usable(); err != nil {
 		return err
@@ -219,6 +221,25 @@ func (tx *Tx) Prepare(xid string) error {
 		if err != nil {
 			return err
 		}
+		// The next sequence number of each destination acked in, before
+		// the transaction's own sends (0: it does not exist yet).
+		before := map[string]uint64{}
+		for _, o := range ops {
+			if o.kind == txAck || o.kind == txAckSub {
+				k := string(append([]byte{byte(o.dk)}, o.dest...))
+				if _, ok := before[k]; ok {
+					continue
+				}
+				d, err := w.dest(o.dk, o.dest, false)
+				if err != nil && !isNotFound(err) {
+					return err
+				}
+				before[k] = 0
+				if err == nil {
+					before[k] = d.nextSeq
+				}
+			}
+		}
 		if _, err := w.runTx(ops); err != nil {
 			return err
 		}
@@ -227,6 +248,19 @@ func (tx *Tx) Prepare(xid string) error {
 				d, err := w.dest(o.dk, o.dest, false)
 				if err != nil {
 					return err
+				}
+				// An ack of a message the transaction sends itself names
+				// the number the send is given now; at CommitPrepared
+				// sends made meanwhile have taken it, and the ack would
+				// remove another's message.
+				first := before[string(d.key)]
+				for _, seq := range o.seqs {
+					switch {
+					case first == 0:
+						return fmt.Errorf("%w: transaction %q acks in %s %q, which it creates itself: a prepared transaction acks only messages sent before it, since its own sends are numbered at CommitPrepared", kdb.ErrInvalid, xid, o.dk, o.dest)
+					case seq >= first:
+						return fmt.Errorf("%w: transaction %q acks message %d of %s %q, which it sends itself: a prepared transaction acks only messages sent before it, since its own sends are numbered at CommitPrepared", kdb.ErrInvalid, xid, seq, o.dk, o.dest)
+					}
 				}
 				acked[string(d.key)] = d.id
 			}
