@@ -113,6 +113,10 @@ type Broker struct {
 	ns *kdb.Namespace
 	// acks holds the AckAsyncs deferred and not yet applied (ackAsync.go).
 	acks asyncAcks
+	// overrun holds, for each destination found at Open holding a
+	// message at or above its next sequence number, the error its sends
+	// return (nil when there is none: the map is only read after Open).
+	overrun map[uint64]error
 }
 
 // Namespace is the kdb namespace the broker keeps its trees in.
@@ -128,6 +132,7 @@ func Open(db *kdb.DB) (*Broker, error) {
 		return nil, err
 	}
 	b := &Broker{db: db, ns: ns}
+	b.overrun = b.seqOverruns()
 	gs, err := b.allGone()
 	if err != nil {
 		return nil, err
@@ -140,6 +145,41 @@ func Open(db *kdb.DB) (*Broker, error) {
 		}
 	}
 	return b, nil
+}
+
+// seqOverruns finds the destinations holding a message numbered at or
+// above their next sequence number, which a Send would be given, silently
+// replacing the message: a store imported from an export whose records
+// were edited and its checksums made again passed every other check on
+// the way in. Their sends are refused (ErrCorrupt); reads, Check and the
+// other destinations go on. One seek per tree, at Open. An error reading
+// the records is left to the calls that read them, which report it.
+func (b *Broker) seqOverruns() map[uint64]error {
+	var out map[uint64]error
+	_ = b.view(func(s snap) error {
+		it := s.s.Iter(destsTree)
+		for ok := it.First(); ok; ok = it.Next() {
+			d, err := decodeDestRec(it.Key(), it.Value())
+			if err != nil {
+				return err
+			}
+			for _, p := range []string{msgPrefix, hdrPrefix} {
+				last := s.s.Iter(idTree(p, d.id))
+				if !last.Last() || len(last.Key()) != 8 {
+					continue
+				}
+				if seq := binary.BigEndian.Uint64(last.Key()); seq >= d.nextSeq {
+					if out == nil {
+						out = map[uint64]error{}
+					}
+					out[d.id] = fmt.Errorf("%w: broker %s %q holds message %d, but its next sequence number is %d: a send would replace that message, so sends to it are refused (the store's broker records disagree: Broker.Check names the damage; restore the store or export what it holds)", kdb.ErrCorrupt, DestKind(d.key[0]), d.key[1:], seq, d.nextSeq)
+					break
+				}
+			}
+		}
+		return it.Err()
+	})
+	return out
 }
 
 // DB returns the store the broker is in.
@@ -491,6 +531,9 @@ func (w *bwrite) send(kind DestKind, dest string, m *Message, enc []byte) (uint6
 	}
 	d, err := w.dest(kind, dest, true)
 	if err != nil {
+		return 0, err
+	}
+	if err := w.b.overrun[d.id]; err != nil {
 		return 0, err
 	}
 	if m.ProducerID != "" {
