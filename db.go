@@ -450,6 +450,11 @@ func (db *DB) Close() error {
 	if err := db.nested("Close"); err != nil {
 		return err
 	}
+	if db.views.inView() {
+		// Else it waits CloseWait for the View it runs in, then closes
+		// under it.
+		return fmt.Errorf("%w: Close called inside a View's function would wait for that View to end: call it after View returns", ErrInvalid)
+	}
 	db.closeDeferred()
 	if err := db.lockWrite("Close"); err != nil {
 		return err

@@ -52,11 +52,26 @@ type viewRegistry struct {
 	// counts): versions a View may read are kept (mem.go, prune).
 	seqs  []uint64
 	seqsN map[uint64]int
+	// marks counts the running Views by the mark (viewMark) of the
+	// goroutine running each, where marks are cheap: Close refuses to run
+	// inside one.
+	marks map[uint64]int
+}
+
+// inView reports whether the calling goroutine runs a View's function.
+func (r *viewRegistry) inView() bool {
+	m := viewMark()
+	if m == 0 {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.marks[m] > 0
 }
 
 // beginView registers a View reading the mem tables at seq, or returns
 // ErrClosed once Close has begun.
-func (db *DB) beginView(seq uint64) (journal.SegmentID, error) {
+func (db *DB) beginView(seq, mark uint64) (journal.SegmentID, error) {
 	r := &db.views
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -66,6 +81,10 @@ func (db *DB) beginView(seq uint64) (journal.SegmentID, error) {
 	if r.floors == nil {
 		r.floors = make(map[journal.SegmentID]int)
 		r.seqsN = make(map[uint64]int)
+		r.marks = make(map[uint64]int)
+	}
+	if mark != 0 {
+		r.marks[mark]++
 	}
 	r.floors[r.floor]++
 	if r.seqsN[seq]++; r.seqsN[seq] == 1 {
@@ -84,11 +103,16 @@ func (db *DB) viewSeqs(dst []uint64) []uint64 {
 	return append(dst[:0], r.seqs...)
 }
 
-// endView unregisters a View that registered floor and seq.
-func (db *DB) endView(floor journal.SegmentID, seq uint64) {
+// endView unregisters a View that registered floor, seq and mark.
+func (db *DB) endView(floor journal.SegmentID, seq, mark uint64) {
 	r := &db.views
 	r.mu.Lock()
 	kick := false
+	if mark != 0 {
+		if r.marks[mark]--; r.marks[mark] == 0 {
+			delete(r.marks, mark)
+		}
+	}
 	if r.seqsN[seq]--; r.seqsN[seq] == 0 {
 		delete(r.seqsN, seq)
 		if i, ok := slices.BinarySearch(r.seqs, seq); ok {

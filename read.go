@@ -105,12 +105,13 @@ func (db *DB) viewOn(tx *index.Tx, gen uint64, prefix string, s *Snapshot, fn fu
 	if testHookViewRead != nil {
 		testHookViewRead()
 	}
-	floor, err := db.beginView(mv.s)
+	mark := viewMark()
+	floor, err := db.beginView(mv.s, mark)
 	db.mem.viewMu.RUnlock()
 	if err != nil {
 		return false, err
 	}
-	defer db.endView(floor, mv.s)
+	defer db.endView(floor, mv.s, mark)
 	if s == nil {
 		s = new(Snapshot)
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // closeRaceOpts: small segments and checkpoint triggers so that the
@@ -247,5 +248,51 @@ func TestMisuse_CloseRacesEveryCall(t *testing.T) {
 	sort.Strings(lines)
 	for _, l := range lines {
 		t.Errorf("error that is neither nil nor ErrClosed: %s", l)
+	}
+}
+
+// Close called inside a View's function waited CloseWait (10 s by default)
+// for that very View, then closed under it and returned nil; inside an
+// Update it was refused at once. Now it is ErrInvalid at once there too,
+// and the store closes after the View returns.
+func TestMisuse_CloseInsideViewRefused(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem(), CloseWait: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Put("t", []byte("k"), []byte("v")); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := db.Namespace("n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, view := range map[string]func(func(*kdb.Snapshot) error) error{"DB.View": db.View, "Namespace.View": ns.View} {
+		start := time.Now()
+		err := view(func(s *kdb.Snapshot) error {
+			if err := db.Close(); !errors.Is(err, kdb.ErrInvalid) {
+				return fmt.Errorf("Close inside %s: %v, want ErrInvalid", name, err)
+			}
+			_, err := s.Get("t", []byte("k")) // the View still reads
+			return err
+		})
+		if err != nil && !(name == "Namespace.View" && errors.Is(err, kdb.ErrNotFound)) {
+			t.Error(err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("Close inside %s took %v", name, d)
+		}
+	}
+	// Another goroutine's View does not stop this goroutine's Close.
+	started, release, ended := make(chan struct{}), make(chan struct{}), make(chan error, 1)
+	go func() { ended <- db.View(func(*kdb.Snapshot) error { close(started); <-release; return nil }) }()
+	select {
+	case <-started:
+	case err := <-ended:
+		t.Fatalf("View after the refused Closes: %v", err)
+	}
+	go func() { time.Sleep(100 * time.Millisecond); close(release) }()
+	if err := db.Close(); err != nil {
+		t.Fatalf("Close beside another goroutine's View: %v", err)
 	}
 }
