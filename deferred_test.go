@@ -435,9 +435,12 @@ func TestDefer_SyncWaitsForItsHost(t *testing.T) {
 	}
 }
 
-// syncWaitsFor calls Sync while a deferred transaction is held back
-// (closing release lets it go): Sync must not return before, and must then
-// return nil with the transaction's done called once.
+// syncWaitsFor calls Sync while a deferred transaction (putting "k" in
+// index "d") is held back (closing release lets it go): Sync must not
+// return before, and must then return nil with the transaction's write
+// applied, and its done called once, by the goroutine that waited for its
+// commit: Sync itself, or the Submit hosting it, whose Wait may come after
+// Sync returns (Sync waits for the write, not for another goroutine's Wait).
 func syncWaitsFor(t *testing.T, db *kdb.DB, release chan struct{}, done *atomic.Int64, held string) {
 	t.Helper()
 	synced := make(chan error, 1)
@@ -452,7 +455,12 @@ func syncWaitsFor(t *testing.T, db *kdb.DB, release chan struct{}, done *atomic.
 	if err := <-synced; err != nil {
 		t.Fatal(err)
 	}
-	if done.Load() != 1 {
-		t.Fatalf("Sync returned before the deferred transaction's done (%d calls)", done.Load())
+	if v, err := db.Get("d", []byte("k")); err != nil || string(v) != "v" {
+		t.Fatalf("Sync returned before the deferred transaction's write was applied: %q, %v", v, err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); done.Load() != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the deferred transaction's done: %d calls, want 1", done.Load())
+		}
 	}
 }

@@ -311,8 +311,9 @@ func (db *DB) inDone(call string) error {
 // doneMarks holds the marks (enterMark) of the goroutines running a
 // deferred transaction's done function. A done runs on the goroutine that
 // waited for the commit, which may hold writeMu or txMu, and Sync and
-// Checkpoint wait for every done of their epoch: a done that calls them,
-// or a write, would wait for itself. nested refuses those calls (found
+// Checkpoint wait for every deferred transaction of their epoch to settle
+// (applied, or done called): a done that calls them, or a write, would
+// wait for itself. nested refuses those calls (found
 // 2026-12-07: Sync, Checkpoint, Update and Close called in a done hung
 // for good, TestDefer_DoneCallingTheDB). Slots, not a map: a done costs two
 // atomic operations when none is running beside it; a done that finds

@@ -2,6 +2,7 @@ package kdb_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -82,6 +83,55 @@ func TestOpen_RedoAheadOfAnOlderDataFileIsIgnored(t *testing.T) {
 		}
 		if err := db.Close(); err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// A journal segment copied in from another store (same number, its own
+// header and seed, so every record verifies) was replayed as this store's:
+// the store opened holding half of its acknowledged keys and the other
+// store's, with a normal report, and check said ok. Segments now carry the
+// store's ID (FORMAT.md §4.2): such a segment is ErrCorrupt naming it.
+func TestOpen_SegmentOfAnotherStoreRefused(t *testing.T) {
+	fs := vfs.NewMem()
+	o := &kdb.Options{FS: fs, CheckpointInterval: -1, SegmentSize: 1 << 20}
+	fill := func(dir, prefix string) {
+		db, err := kdb.Open(dir, o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3000 {
+			if err := db.Put("t", fmt.Appendf(nil, "%s%06d", prefix, i), bytes.Repeat([]byte("v"), 900)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// No checkpoint: everything is in the journal, to be replayed.
+		if err := kdbtest.CopyFile(fs, dir+"/db-2.log", dir+".seg2"); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	o.NoCheckpointOnClose = true
+	fill("/a", "a")
+	fill("/b", "b")
+	if err := fs.Remove("/a/db-2.log"); err != nil {
+		t.Fatal(err)
+	}
+	if err := kdbtest.CopyFile(fs, "/b.seg2", "/a/db-2.log"); err != nil {
+		t.Fatal(err)
+	}
+	o.NoCheckpointOnClose = false
+	for _, ro := range []bool{false, true} {
+		oo := *o
+		oo.ReadOnly = ro
+		db, err := kdb.Open("/a", &oo)
+		if err == nil {
+			db.Close()
+		}
+		if !errors.Is(err, kdb.ErrCorrupt) || !strings.Contains(err.Error(), "db-2.log") || !strings.Contains(err.Error(), "another store") {
+			t.Fatalf("ReadOnly %v: Open with another store's segment: %v, want ErrCorrupt naming db-2.log", ro, err)
 		}
 	}
 }

@@ -3,14 +3,20 @@ package journal
 import (
 	"encoding/binary"
 	"fmt"
+	"os"
 
 	"github.com/kdb-project/kdb/internal/checksum"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // FormatVersion is the journal format version written in every segment
-// header (FORMAT.md §4.2). A segment with another version is
-// refused with ErrVersionMismatch.
-const FormatVersion = 1
+// header (FORMAT.md §4.2). Version 2 added the store ID; version 1
+// segments (zero there) are read as before. A segment with another
+// version is refused with ErrVersionMismatch.
+const FormatVersion = 2
+
+// minFormatVersion is the oldest segment version this build reads.
+const minFormatVersion = 1
 
 // Segment file names: FORMAT.md §4.1.
 const (
@@ -28,7 +34,8 @@ const (
 	segOffID       = 12 // uint32: segment number N of db-<N>.log
 	segOffSeed     = 16 // uint64: random seed of this segment generation
 	segOffCreated  = 24 // int64: creation time, Unix nanoseconds (informational)
-	segOffReserved = 32 // [24]byte: zero
+	segOffStoreID  = 32 // [16]byte (version 2): the store's ID (Options.StoreID); zero: none given. Version 1: zero
+	segOffReserved = 48 // [8]byte: zero
 	segOffChecksum = 56 // uint64: xxhash64 of bytes [0, 56)
 )
 
@@ -78,6 +85,7 @@ type segHeader struct {
 	id      SegmentID
 	seed    uint64
 	created int64
+	store   [16]byte // zero: none given, or a version 1 segment
 }
 
 func encodeSegHeader(h segHeader) []byte {
@@ -87,6 +95,7 @@ func encodeSegHeader(h segHeader) []byte {
 	binary.LittleEndian.PutUint32(b[segOffID:], uint32(h.id))
 	binary.LittleEndian.PutUint64(b[segOffSeed:], h.seed)
 	binary.LittleEndian.PutUint64(b[segOffCreated:], uint64(h.created))
+	copy(b[segOffStoreID:], h.store[:])
 	binary.LittleEndian.PutUint64(b[segOffChecksum:], checksum.Sum64(b[:segOffChecksum]))
 	return b
 }
@@ -105,10 +114,15 @@ func decodeSegHeader(b []byte, name string) (segHeader, error) {
 	if want, got := binary.LittleEndian.Uint64(b[segOffChecksum:]), checksum.Sum64(b[:segOffChecksum]); want != got {
 		return segHeader{}, fmt.Errorf("%w: %s@0: segment header: checksum mismatch", ErrCorrupt, name)
 	}
-	if v := binary.LittleEndian.Uint32(b[segOffVersion:]); v != FormatVersion {
-		return segHeader{}, fmt.Errorf("%w: %s@0: segment format version %d, this build reads %d", ErrVersionMismatch, name, v, FormatVersion)
+	v := binary.LittleEndian.Uint32(b[segOffVersion:])
+	if v < minFormatVersion || v > FormatVersion {
+		return segHeader{}, fmt.Errorf("%w: %s@0: segment format version %d, this build reads %d to %d", ErrVersionMismatch, name, v, minFormatVersion, FormatVersion)
 	}
-	for _, c := range b[segOffReserved:segOffChecksum] {
+	reserved := b[segOffReserved:segOffChecksum]
+	if v == 1 {
+		reserved = b[segOffStoreID:segOffChecksum]
+	}
+	for _, c := range reserved {
 		if c != 0 {
 			return segHeader{}, fmt.Errorf("%w: %s@0: segment header: reserved bytes not zero", ErrCorrupt, name)
 		}
@@ -117,6 +131,7 @@ func decodeSegHeader(b []byte, name string) (segHeader, error) {
 		id:      SegmentID(binary.LittleEndian.Uint32(b[segOffID:])),
 		seed:    binary.LittleEndian.Uint64(b[segOffSeed:]),
 		created: int64(binary.LittleEndian.Uint64(b[segOffCreated:])),
+		store:   [16]byte(b[segOffStoreID : segOffStoreID+16]),
 	}, nil
 }
 
@@ -221,4 +236,32 @@ func verifyRecord(h recHeader, hdr, payload []byte, seed uint64, seg SegmentID, 
 		return fmt.Errorf("%w: %s: checksum mismatch", ErrCorrupt, Location{seg, off})
 	}
 	return nil
+}
+
+// checkStore returns ErrCorrupt if h names a store other than want (both
+// given): a segment from another store's directory, whose records verify
+// with its own seed and would be replayed as this store's.
+func (h segHeader) checkStore(want [16]byte, name string) error {
+	if h.store == ([16]byte{}) || want == ([16]byte{}) || h.store == want {
+		return nil
+	}
+	return fmt.Errorf("%w: %s@0: segment of another store (store ID %x; this store's is %x): a file copied in from another store's directory?", ErrCorrupt, name, h.store, want)
+}
+
+// SegmentStoreID returns the store ID in the header of the segment file
+// at path (zero for a version 1 segment, or one created without
+// Options.StoreID). kdbtool rebuilding a lost db.data gives it to the new
+// page file, whose journal it is.
+func SegmentStoreID(fsys vfs.FS, path string) ([16]byte, error) {
+	f, err := fsys.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return [16]byte{}, err
+	}
+	defer f.Close()
+	b := make([]byte, segHeaderSize)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return [16]byte{}, fmt.Errorf("%w: %s@0: segment header: %v", ErrCorrupt, path, err)
+	}
+	h, err := decodeSegHeader(b, path)
+	return h.store, err
 }

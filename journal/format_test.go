@@ -42,13 +42,42 @@ func golden(t *testing.T, name string, got []byte) {
 	}
 }
 
-var goldenHeader = segHeader{id: 7, seed: 0x0123456789abcdef, created: 1_800_000_000_000_000_000}
+var goldenHeader = segHeader{id: 7, seed: 0x0123456789abcdef, created: 1_800_000_000_000_000_000,
+	store: [16]byte{0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa6, 0xa7, 0xa8, 0xa9, 0xaa, 0xab, 0xac, 0xad, 0xae, 0xaf}}
 
 func TestSegmentHeader_Golden(t *testing.T) {
 	b := encodeSegHeader(goldenHeader)
 	golden(t, "segment-header", b)
-	if string(b[:8]) != "KDBJRNL\x1a" || binary.LittleEndian.Uint32(b[segOffVersion:]) != FormatVersion || binary.LittleEndian.Uint32(b[segOffID:]) != 7 {
+	if string(b[:8]) != "KDBJRNL\x1a" || binary.LittleEndian.Uint32(b[segOffVersion:]) != FormatVersion || binary.LittleEndian.Uint32(b[segOffID:]) != 7 || b[segOffStoreID] != 0xa0 {
 		t.Fatalf("fields not at their FORMAT.md offsets: %x", b)
+	}
+}
+
+// A version 1 header (written before the store ID, its bytes zero) still
+// reads, as a segment of no particular store.
+func TestSegmentHeader_Version1Reads(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join("testdata", "format", "segment-header-v1.golden"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := hex.DecodeString(strings.ReplaceAll(string(raw), "\n", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h, err := decodeSegHeader(b, "db-7.log")
+	want := goldenHeader
+	want.store = [16]byte{}
+	if err != nil || h != want {
+		t.Fatalf("version 1 header: %+v, %v; want %+v", h, err, want)
+	}
+	if err := h.checkStore(goldenHeader.store, "db-7.log"); err != nil {
+		t.Fatalf("a version 1 segment is of no particular store: %v", err)
+	}
+	// In version 1 the store ID's bytes are reserved: set, it is damage.
+	b[segOffStoreID] = 1
+	binary.LittleEndian.PutUint64(b[segOffChecksum:], checksumOf(b[:segOffChecksum]))
+	if _, err := decodeSegHeader(b, "db-7.log"); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("version 1 header with bytes in its reserved field: %v", err)
 	}
 }
 
@@ -81,7 +110,8 @@ func TestSegmentHeader_Decode(t *testing.T) {
 		{"bad magic", mod(func(b []byte) { b[0] ^= 1 }), ErrCorrupt},
 		{"flipped seed", mod(func(b []byte) { b[segOffSeed] ^= 0x80 }), ErrCorrupt},
 		{"flipped checksum", mod(func(b []byte) { b[segOffChecksum+7] ^= 1 }), ErrCorrupt},
-		{"future version", mod(func(b []byte) { binary.LittleEndian.PutUint32(b[segOffVersion:], 2); resum(b) }), ErrVersionMismatch},
+		{"future version", mod(func(b []byte) { binary.LittleEndian.PutUint32(b[segOffVersion:], FormatVersion+1); resum(b) }), ErrVersionMismatch},
+		{"version 0", mod(func(b []byte) { binary.LittleEndian.PutUint32(b[segOffVersion:], 0); resum(b) }), ErrVersionMismatch},
 		{"reserved set", mod(func(b []byte) { b[segOffReserved+3] = 1; resum(b) }), ErrCorrupt},
 	}
 	for _, tc := range cases {

@@ -62,6 +62,11 @@ type Options struct {
 	// MaxRecordSize it was written with. It must leave room for a frame in
 	// a segment. Default: 16 MiB, or less if SegmentSize requires it.
 	MaxRecordSize int
+	// StoreID is the ID of the store the journal belongs to: written in
+	// the header of every segment created, and a segment whose header
+	// names another store is ErrCorrupt (FORMAT.md §4.2). Zero: nothing
+	// written, nothing checked.
+	StoreID [16]byte
 	// SkipDamaged makes Open skip damaged regions instead of failing with
 	// ErrCorrupt; OpenReport.Skipped lists exactly what was skipped.
 	// Default: false.

@@ -406,6 +406,9 @@ func (j *Journal) openUnverified(id SegmentID) (*segment, error) {
 	if err == nil && h.id != id {
 		err = fmt.Errorf("%w: %s@0: header names segment %d", ErrCorrupt, id, h.id)
 	}
+	if err == nil {
+		err = h.checkStore(j.opts.StoreID, id.String())
+	}
 	if err != nil {
 		_ = f.Close()
 		return nil, err
@@ -446,6 +449,14 @@ func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *Open
 	if herr == nil && h.id != id {
 		herr = fmt.Errorf("%w: %s@0: header names segment %d", ErrCorrupt, id, h.id)
 	}
+	foreign := false
+	if herr == nil {
+		// Not a crash's doing (a header is complete before the segment
+		// is named): never taken for a segment whose creation was cut
+		// below; skipped whole with SkipDamaged, as damage.
+		herr = h.checkStore(j.opts.StoreID, id.String())
+		foreign = herr != nil
+	}
 	if size < segHeaderSize {
 		// Creation preallocates and syncs a segment before naming it,
 		// and a torn tail is cut at a frame, after the header: a file
@@ -456,7 +467,7 @@ func (j *Journal) scanSegment(id SegmentID, last bool, startOff int64, rep *Open
 		if errors.Is(herr, ErrVersionMismatch) {
 			return nil, herr
 		}
-		if last && size >= segHeaderSize && !j.beforeReplayPosition(Location{id, 0}) {
+		if !foreign && last && size >= segHeaderSize && !j.beforeReplayPosition(Location{id, 0}) {
 			// A segment whose creation did not complete has nothing after
 			// its header: creation syncs the header before any record.
 			fw, err := j.forward(r, id, 0, 0, size, size)

@@ -347,7 +347,7 @@ func (j *Journal) createSegment(id SegmentID) (*segment, error) {
 		return failed("seed", err)
 	}
 	seed := binary.LittleEndian.Uint64(sb[:])
-	hdr := encodeSegHeader(segHeader{id: id, seed: seed, created: time.Now().UnixNano()})
+	hdr := encodeSegHeader(segHeader{id: id, seed: seed, created: time.Now().UnixNano(), store: j.opts.StoreID})
 	if _, _, err := fsys.Stat(name); err == nil {
 		return failed("exists", fs.ErrExist)
 	} else if !errors.Is(err, fs.ErrNotExist) {

@@ -222,6 +222,10 @@ func open(dir string, opts Options, noFreeList bool) (*File, *Report, error) {
 // PageSize returns the page size in bytes.
 func (f *File) PageSize() int { return f.pageSize }
 
+// StoreID returns the store's random ID (db.data's header): db.free and
+// db.redo carry it, and so does every journal segment (journal.Options.StoreID).
+func (f *File) StoreID() [16]byte { return f.storeID }
+
 // PayloadSize returns the largest payload a page holds.
 func (f *File) PayloadSize() int { return f.pageSize - pageHeaderSize }
 

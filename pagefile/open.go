@@ -206,8 +206,10 @@ func (o *opener) create() error {
 		return fmt.Errorf("pagefile: create %s: %w", o.dir, err)
 	}
 	ps := f.opts.PageSize
-	h := fileHeader{pageSize: ps}
-	_, _ = rand.Read(h.storeID[:])
+	h := fileHeader{pageSize: ps, storeID: f.opts.StoreID}
+	if h.storeID == ([16]byte{}) {
+		_, _ = rand.Read(h.storeID[:])
+	}
 	meta := Meta{ID: newCheckpointID(0), PageSize: uint32(ps), PageCount: uint64(FirstDataPage)}
 	buf := make([]byte, int(FirstDataPage)*ps)
 	encodeHeader(buf, h)

@@ -15,6 +15,10 @@ type Options struct {
 	// [512, 65536]. It is used only when Open creates the store; an existing
 	// store keeps its own. Default: 4096.
 	PageSize int
+	// StoreID is the ID of a new store (Open creating db.data): kdbtool
+	// gives the one its journal's segments carry when it rebuilds a lost
+	// db.data from them. Zero: random. An existing store keeps its own.
+	StoreID [16]byte
 	// ReadOnly opens without writing anything: a complete db.redo is
 	// overlaid in memory instead of applied; Write, Allocate and Free
 	// change pages in memory only (so a caller can replay its journal on

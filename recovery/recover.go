@@ -192,6 +192,7 @@ func Run(dir string, o Options) (*State, *Report, error) {
 	st.LastApplied = from
 	jo := o.Journal
 	jo.VerifyFrom = from
+	jo.StoreID = pf.StoreID() // a segment from another store is ErrCorrupt, not replayed
 	if jo.Need, err = need(ix, from, o.Refs); err != nil {
 		return fail(fmt.Errorf("recovery: index: %w", err))
 	}

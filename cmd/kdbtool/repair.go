@@ -469,7 +469,15 @@ func carryOut(dir string, out *repairOut, lastSeg string, pageSize int, fsys vfs
 		// kdb.Open never creates a store over a journal (that would be a
 		// store that lost db.data): the empty page file is made here, and
 		// the Open below replays the whole journal into it.
-		pf, _, err := pagefile.Open(dir, pagefile.Options{FS: fsys, PageSize: pageSize})
+		// The new page file takes the store ID the journal's segments
+		// carry (a rebuild replays a journal that begins at db-1.log):
+		// it is their store's, rebuilt, and Open refuses segments of
+		// another store.
+		id, err := journal.SegmentStoreID(fsys, filepath.Join(dir, "db-1.log"))
+		if err != nil {
+			return out, err
+		}
+		pf, _, err := pagefile.Open(dir, pagefile.Options{FS: fsys, PageSize: pageSize, StoreID: id})
 		if err != nil {
 			return out, err
 		}

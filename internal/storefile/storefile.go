@@ -4,8 +4,6 @@ package storefile
 import (
 	"strconv"
 	"strings"
-
-	"github.com/kdb-project/kdb/journal"
 )
 
 // Is reports whether name is one a store's directory holds or may hold:
@@ -25,6 +23,14 @@ func Is(name string) bool {
 	case "db.data", "db.redo", "db.free", "db.free.prev", "lock":
 		return true
 	}
-	_, ok := journal.ParseSegmentName(name)
-	return ok
+	// A journal segment, db-<N>.log, N canonical decimal from 1 (FORMAT.md
+	// §4.1; the journal package parses it the same way, and is above
+	// this one).
+	num, ok := strings.CutPrefix(name, "db-")
+	num, ok2 := strings.CutSuffix(num, ".log")
+	if !ok || !ok2 {
+		return false
+	}
+	n, err := strconv.ParseUint(num, 10, 32)
+	return err == nil && n > 0 && strconv.FormatUint(n, 10) == num
 }
