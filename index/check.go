@@ -84,6 +84,7 @@ func (s *Store) CheckProgress(progress func(pages uint64)) (*CheckReport, error)
 			continue
 		}
 		c.problem(fmt.Errorf("%w: %s is neither reachable nor free (leaked)", ErrCorrupt, id))
+		c.leaked++
 	}
 	if c.leafBytes > 0 {
 		c.rep.LeafFill = float64(c.leafUsed) / float64(c.leafBytes)
@@ -92,14 +93,18 @@ func (s *Store) CheckProgress(progress func(pages uint64)) (*CheckReport, error)
 		return c.rep, c.fatal
 	}
 	if len(c.problems) > 0 {
+		var err error = c.problems[0]
 		var more []string
 		for _, p := range c.problems[1:] {
 			more = append(more, p.Error())
 		}
-		if len(more) == 0 {
-			return c.rep, c.problems[0]
+		if len(more) > 0 {
+			err = fmt.Errorf("%w; and %d more: %s", c.problems[0], len(more), strings.Join(more, "; "))
 		}
-		return c.rep, fmt.Errorf("%w; and %d more: %s", c.problems[0], len(more), strings.Join(more, "; "))
+		if c.leaked == c.found {
+			err = leakedOnly{err}
+		}
+		return c.rep, err
 	}
 	return c.rep, nil
 }
@@ -119,8 +124,11 @@ type checker struct {
 	owner    []uint8 // per page from FirstDataPage: own*
 	rep      *CheckReport
 	problems []error
-	fatal    error // a non-corruption error (I/O): stop
-	progress func(pages uint64)
+	// found counts the problems (problems keeps the first maxProblems),
+	// leaked those that are leaked pages.
+	found, leaked int
+	fatal         error // a non-corruption error (I/O): stop
+	progress      func(pages uint64)
 
 	leafUsed, leafBytes uint64
 }
@@ -132,6 +140,7 @@ func (c *checker) problem(err error) {
 		}
 		return
 	}
+	c.found++
 	if len(c.problems) < maxProblems {
 		c.problems = append(c.problems, err)
 	}

@@ -9,6 +9,11 @@ var (
 	// When the cause is a page that fails its pagefile checksum, the error
 	// also wraps pagefile.ErrCorrupt.
 	ErrCorrupt = errors.New("index: corrupt")
+	// ErrLeaked marks a Check error whose every problem is a page neither
+	// reachable nor free (intact, but in no tree and not in the free
+	// list): nothing of the index is lost, and a free-list rebuild by a
+	// scan gives the pages back. Such an error wraps ErrCorrupt too.
+	ErrLeaked = errors.New("index: leaked pages only")
 	// ErrExists is returned by CreateTree for a name already in the catalog.
 	ErrExists = errors.New("index: tree exists")
 	// ErrNotFound is returned by DropTree for a name not in the catalog.
@@ -33,3 +38,10 @@ var (
 // ErrVersionMismatch is returned by Open for an index root page of an
 // unknown FormatVersion.
 var ErrVersionMismatch = errors.New("index: format version mismatch")
+
+// leakedOnly is a Check error made only of leaked pages: errors.Is finds
+// ErrLeaked, and the ErrCorrupt it wraps.
+type leakedOnly struct{ error }
+
+func (e leakedOnly) Is(target error) bool { return target == ErrLeaked }
+func (e leakedOnly) Unwrap() error        { return e.error }

@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/index"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/pagefile"
 )
@@ -37,6 +38,9 @@ type checkOut struct {
 	// incomplete: an error that is not damage (out of file descriptors,
 	// memory, a permission) stopped a part of the check (exit 3).
 	incomplete bool
+	// leakedOnly: the index's only problems are leaked pages (intact, in
+	// no tree and not free), which a free-list rebuild gives back.
+	leakedOnly bool
 }
 
 func runCheck(args []string, stdout, stderr io.Writer) int {
@@ -128,6 +132,7 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 		note("store", in.serr)
 	} else if err := checkIndex(dir, in.FreeList.LiedPages > 0, out, stderr); err != nil {
 		out.Problems = append(out.Problems, readProblem("index", err))
+		out.leakedOnly = errors.Is(err, index.ErrLeaked)
 		note("index", err)
 	} else if r := out.Index; r != nil && r.DamagedPages > 0 {
 		out.Problems = append(out.Problems, problem{"warning", "index", fmt.Sprintf(

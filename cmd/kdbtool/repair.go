@@ -209,6 +209,12 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		out.Actions = append(out.Actions, repairAction{actRebuildFreeList,
 			"rebuild the free list by a scan of every page header and write a matching db.free (" + why + ")"})
 	}
+	if chk.leakedOnly && !short && !hasAction(out.Actions, actRebuildFreeList) {
+		// Intact pages in no tree and not free (a free list that lied,
+		// set aside, then checkpointed): nothing of the index is lost.
+		out.Actions = append(out.Actions, repairAction{actRebuildFreeList,
+			"rebuild the free list by a scan of every page header and write a matching db.free (pages neither reachable nor free, leaked: the scan gives them back; kdbtool recover --force-scan does the same)"})
+	}
 	if len(out.Actions) == 0 && !short && chk.Index != nil && chk.Index.DamagedPages > 0 {
 		out.Actions = append(out.Actions, repairAction{actRebuildFreeList, fmt.Sprintf(
 			"rebuild the free list by a scan of every page header and write a matching db.free (%d damaged pages no tree reaches, the first page %d, are set aside; the scan frees them for reuse)",
@@ -230,7 +236,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	for _, p := range chk.Problems {
 		// A store that fails to open because of the journal is the
 		// journal's problem, reported below.
-		if p.Severity == "error" && (p.Area == "index" || p.Area == "store") && in.jerr == nil {
+		if p.Severity == "error" && (p.Area == "index" && !chk.leakedOnly || p.Area == "store") && in.jerr == nil {
 			indexBroken = true
 		}
 	}
@@ -687,4 +693,14 @@ func printRepair(w io.Writer, o *repairOut) {
 	if !o.Apply && len(o.Actions) > 0 {
 		fmt.Fprintf(w, "dry run: rerun with --apply to make these changes\n")
 	}
+}
+
+// hasAction reports whether actions holds one of kind a.
+func hasAction(actions []repairAction, a string) bool {
+	for _, x := range actions {
+		if x.Action == a {
+			return true
+		}
+	}
+	return false
 }
