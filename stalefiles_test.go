@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/internal/kdbtest"
+	"github.com/kdb-project/kdb/pagefile"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -134,4 +136,81 @@ func TestOpen_SegmentOfAnotherStoreRefused(t *testing.T) {
 			t.Fatalf("ReadOnly %v: Open with another store's segment: %v, want ErrCorrupt naming db-2.log", ro, err)
 		}
 	}
+}
+
+// The newest meta slot damaged and db.redo gone (two faults): the older
+// meta's index root page was written by the lost checkpoint, so db.data
+// holds a tree that meta does not describe. The read-only open said so
+// (ErrCorrupt, "meta slot ... lost"); a writable open went on, took the
+// newer tree's pages for free ones (set aside by the proof, then leaked)
+// and could allocate past the older meta's page count over live pages.
+// Now it says so too, and changes nothing.
+func TestOpen_LostNewestMetaWithoutRedoRefused(t *testing.T) {
+	fs := vfs.NewMem()
+	o := &kdb.Options{FS: fs, CheckpointInterval: -1}
+	db, err := kdb.Open("/db", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for r := range 3 {
+		for i := range 500 {
+			if err := db.Put("t", fmt.Appendf(nil, "k%d-%04d", r, i), bytes.Repeat([]byte("v"), 100)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := db.Checkpoint(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	in, err := pagefile.Inspect(fs, "/db")
+	if err != nil {
+		t.Fatal(err)
+	}
+	newest := 0
+	if in.Slots[1].Meta.Seq > in.Slots[0].Meta.Seq {
+		newest = 1
+	}
+	ps := int64(in.PageSize)
+	if err := kdbtest.FlipBit(fs, "/db/db.data", int64(1+in.Slots[newest].Meta.Seq%2)*ps+20, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Remove("/db/db.redo"); err != nil {
+		t.Fatal(err)
+	}
+	before, err := readMemFile(fs, "/db/db.data")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ro := range []bool{true, false} {
+		oo := *o
+		oo.ReadOnly = ro
+		db, err := kdb.Open("/db", &oo)
+		if err == nil {
+			db.Close()
+		}
+		if !errors.Is(err, kdb.ErrCorrupt) || !strings.Contains(err.Error(), "lost") {
+			t.Errorf("ReadOnly %v: Open: %v, want ErrCorrupt naming the lost meta slot", ro, err)
+		}
+	}
+	if after, _ := readMemFile(fs, "/db/db.data"); !bytes.Equal(before, after) {
+		t.Error("the refused opens changed db.data")
+	}
+}
+
+func readMemFile(fs *vfs.MemFS, name string) ([]byte, error) {
+	f, err := fs.OpenFile(name, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	b := make([]byte, n)
+	_, err = f.ReadAt(b, 0)
+	return b, err
 }

@@ -86,6 +86,11 @@ func (o *opener) open() error {
 	if !f.opts.ReadOnly && f.dataSize < int64(meta.PageCount)*int64(f.pageSize) {
 		return fmt.Errorf("%w: %s: size %d < page count %d * page size %d", ErrCorrupt, f.dataName, f.dataSize, meta.PageCount, f.pageSize)
 	}
+	if !f.opts.ReadOnly {
+		if err := o.rootNotNewer(meta); err != nil {
+			return err
+		}
+	}
 	f.mu.meta = meta
 	f.mu.pageCount = PageID(meta.PageCount)
 	f.mu.dirty = make(map[PageID]*dirtyPage)
@@ -508,4 +513,30 @@ func (o *opener) loadFreeFile(name string, meta Meta) (*freeList, string) {
 		return nil, fmt.Sprintf("db.free page count %d != meta %d", ff.pageCount, meta.PageCount)
 	}
 	return ff.toFreeList(), ""
+}
+
+// rootNotNewer returns ErrCorrupt if the index root page, which every
+// checkpoint writes, was written by a checkpoint after meta's: that
+// checkpoint's meta slot is lost (damaged, with no db.redo to restore it),
+// and db.data holds a tree meta does not describe (its pages may lie past
+// meta's page count, where this handle would allocate). The read-only
+// path finds the same page and says the same (newerPageErr); a writable
+// open went on, took the newer tree's pages for free ones and leaked
+// them. A damaged root page is left to the index's open to report.
+func (o *opener) rootNotNewer(meta Meta) error {
+	f := o.f
+	if meta.Root < FirstDataPage || uint64(meta.Root) >= meta.PageCount {
+		return nil
+	}
+	ps := int64(f.pageSize)
+	off := int64(meta.Root) * ps
+	b := make([]byte, ps)
+	if err := readFull(f.data, b, off); err != nil {
+		return nil
+	}
+	h, err := decodePage(b, meta.Root, f.dataName, off)
+	if err != nil || h.checkpoint <= meta.Seq {
+		return nil
+	}
+	return fmt.Errorf("%w: %s@%d: the index root %v was written by checkpoint %d, after the meta's %d: the meta slot of that checkpoint is lost (damaged, and no db.redo restores it), and db.data holds a tree the meta does not describe (kdbtool repair says what can rebuild it)", ErrCorrupt, f.dataName, off, meta.Root, h.checkpoint, meta.Seq)
 }
