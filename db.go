@@ -648,7 +648,7 @@ func (db *DB) checkBounds(batchSize, maxVal, size, nops int) error {
 		return fmt.Errorf("%w: value record of %d bytes (max %d): split the batch", ErrInvalid, maxVal, db.maxRecord)
 	}
 	if size > db.maxGroup {
-		return fmt.Errorf("%w: batch of %d bytes (max %d): split the batch", ErrInvalid, size, db.maxGroup)
+		return fmt.Errorf("%w: batch of %d bytes in all, its value records included (max %d, half of Options.SegmentSize; its batch record alone at most %d, MaxBatchSize): split the batch", ErrInvalid, size, db.maxGroup, db.maxRecord)
 	}
 	return nil
 }

@@ -210,6 +210,8 @@ func (o *Options) validate() error {
 		return fmt.Errorf("%w: CommitGroupOps %d: at least 1", ErrInvalid, o.CommitGroupOps)
 	case o.CheckpointBytes < 0:
 		return fmt.Errorf("%w: CheckpointBytes %d", ErrInvalid, o.CheckpointBytes)
+	case o.RecoveryTimeTarget < 0:
+		return fmt.Errorf("%w: RecoveryTimeTarget %v: negative (0 is off)", ErrInvalid, o.RecoveryTimeTarget)
 	}
 	return nil
 }

@@ -25,6 +25,7 @@ func TestOptions_RefusedBeforeAnythingIsCreated(t *testing.T) {
 		"SyncInterval -1":           {SyncInterval: -1},
 		"SyncInterval -1, interval": {Sync: kdb.SyncInterval, SyncInterval: -time.Second},
 		"MaxOpenSegments -1":        {MaxOpenSegments: -1},
+		"RecoveryTimeTarget -1s":    {RecoveryTimeTarget: -time.Second},
 		"CheckpointDirtyPages 2^50": {CheckpointDirtyPages: 1 << 50},
 		"CheckpointDirtyPages 2^31": {CheckpointDirtyPages: 1 << 31},
 	} {

@@ -155,6 +155,22 @@ func (s snap) checkDest(d *destRec, known map[string]bool, maxID uint64) error {
 		return fmt.Errorf("%w: recorded %d messages of %d bytes, counted %d of %d (trees: %d, %d headers, %d IDs)",
 			kdb.ErrCorrupt, d.count, d.nbytes, count, nbytes, lenOf(mt), lenOf(ht), lenOf(xt))
 	}
+	// The producers' last sequence numbers (duplicate detection): each
+	// an 8-byte value under a producer ID, which a Send reads and
+	// refuses otherwise (ErrCorrupt, at the next message of that
+	// producer).
+	pt := s.s.Iter(idTree(prodPrefix, d.id))
+	for ok := pt.First(); ok; ok = pt.Next() {
+		if k := pt.Key(); len(k) == 0 || len(k) > MaxNameSize {
+			return fmt.Errorf("%w: producer ID of %d bytes", kdb.ErrCorrupt, len(k))
+		}
+		if len(pt.Value()) != 8 {
+			return fmt.Errorf("%w: producer %q: value of %d bytes, want 8", kdb.ErrCorrupt, pt.Key(), len(pt.Value()))
+		}
+	}
+	if err := pt.Err(); err != nil {
+		return err
+	}
 	_, ids, err := listSubs(s.s.Iter(subsTree), d)
 	if err != nil {
 		return err

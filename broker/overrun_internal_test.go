@@ -80,3 +80,36 @@ func TestOpen_SendsRefusedWhereAMessageHoldsTheNextNumber(t *testing.T) {
 		t.Errorf("Check: %v, want ErrCorrupt", err)
 	}
 }
+
+// Check read every broker record but the producers' last sequence numbers:
+// a 3-byte one passed, and the producer's next Send failed on it.
+func TestCheck_ProducerRecordsChecked(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b, err := Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Send(Queue, "q", &Message{ID: "m1", ProducerID: "p", ProducerSeq: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Check(); err != nil {
+		t.Fatalf("Check of the intact store: %v", err)
+	}
+	err = b.ns.Update(func(tx *kdb.Txn) error {
+		v, err := tx.Get(destsTree, append([]byte{byte(Queue)}, "q"...))
+		if err != nil {
+			return err
+		}
+		return tx.Put(idTree(prodPrefix, binary.LittleEndian.Uint64(v)), []byte("p"), []byte{1, 2, 3})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Check(); !errors.Is(err, kdb.ErrCorrupt) || !strings.Contains(err.Error(), `producer "p"`) {
+		t.Errorf("Check with a 3-byte producer record: %v, want ErrCorrupt naming it", err)
+	}
+}
