@@ -87,8 +87,11 @@ func (s *Store) walkChain(head pagefile.PageID, typ pagefile.PageType, total uin
 		next := pagefile.PageID(binary.LittleEndian.Uint64(b[offChainNext:]))
 		n := uint64(binary.LittleEndian.Uint32(b[offChainLen:]))
 		want := min(uint64(s.chainData()), total-got)
-		if n != want || n > uint64(len(b)-chainHeaderSize) {
+		if n != want {
 			return corruptf(id, "chain from %s: link holds %d bytes, want %d", head, n, want)
+		}
+		if n > uint64(len(b)-chainHeaderSize) {
+			return corruptf(id, "chain from %s: link says it holds %d bytes, its page's payload has room for %d", head, n, len(b)-chainHeaderSize)
 		}
 		if err := fn(id, b[chainHeaderSize:chainHeaderSize+n]); err != nil {
 			return err
