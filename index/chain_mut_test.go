@@ -67,7 +67,7 @@ func TestStore_DamagedOverflowChainIsCorrupt(t *testing.T) {
 			if err := e.pf.Write(ids[0], pageOverflow, short); err != nil {
 				t.Fatal(err)
 			}
-		}, "link holds"},
+		}, "payload has room for 10"},
 		{"last link names a next page", func(t *testing.T, e *env, ids []pagefile.PageID) {
 			last := ids[len(ids)-1]
 			_, p, err := e.pf.Read(last)
