@@ -317,6 +317,21 @@ func inspectStore(dir string) (*inspectOut, error) {
 			"%s is %s, not a free-list file: every checkpoint writes the free list there, so a writable open refuses the store; kdbtool repair --apply moves it aside",
 			filepath.Join(dir, "db.free.tmp"), vfs.FileKind(st.Mode()))})
 	}
+	// Names of the journal's form that it does not read (not in canonical
+	// form: db-0.log, db-042.log, a number past 2^32): a segment renamed
+	// by hand is invisible to the store, so say so.
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, e := range ents {
+			n := e.Name()
+			if strings.HasPrefix(n, "db-") && strings.HasSuffix(n, ".log") {
+				if _, ok := journal.ParseSegmentName(n); !ok {
+					out.Problems = append(out.Problems, problem{"warning", "journal", fmt.Sprintf(
+						"%s looks like a journal segment but is not named as one (db-N.log, N from 1, no leading zero): the store ignores it; if it was renamed by hand, its records are not read",
+						filepath.Join(dir, n))})
+				}
+			}
+		}
+	}
 	fl.LiedPages, fl.FirstLiedPage, fl.LieReason = in.Lies, uint64(in.FirstLie), in.LieReason
 	fl.DamagedLiedPages, fl.BeyondEndPages = in.DamagedLies, in.BeyondEnd
 	switch {

@@ -57,3 +57,23 @@ func TestRepair_LeakedPagesOnly(t *testing.T) {
 		t.Fatalf("check after the repair: exit %d\n%s", code, out)
 	}
 }
+
+// A file named like a journal segment but not in the journal's form
+// (db-042.log, db-0.log: a segment renamed by hand) is ignored by the
+// store; inspect and check now say so, as a warning.
+func TestInspect_StraySegmentNamesWarned(t *testing.T) {
+	t.Parallel()
+	dir := makeStore(t, 100)
+	for _, n := range []string{"db-042.log", "db-0.log"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, cmd := range []string{"inspect", "check"} {
+		code, m := runJSON(t, cmd, "--json", dir)
+		ps := problemsOf(t, m, "problems")
+		if code != exitOK || !hasProblem(ps, "warning journal", "db-042.log looks like a journal segment") || !hasProblem(ps, "warning journal", "db-0.log") {
+			t.Errorf("%s: exit %d, problems %v; want 0 and a warning for each stray name", cmd, code, ps)
+		}
+	}
+}
