@@ -352,6 +352,12 @@ m foreign-segment-replayed journal/format.go \
 m writable-open-over-newer-root pagefile/open.go \
   '	if err != nil || h.checkpoint <= meta.Seq {' '	if true {' \
   '.' "a writable open under an older meta whose index root a lost checkpoint rewrote goes on with a tree the meta does not describe: its pages taken for free ones, leaked, or allocated over past the meta's page count"
+m repair-applied-despite-unfixable cmd/kdbtool/repair.go \
+  'if !apply || len(out.Unfixable) > 0 || len(out.Actions) == 0 {' 'if !apply || len(out.Actions) == 0 {' \
+  './cmd/kdbtool' "repair --apply carries out its actions (saves and rewrites files) on a store whose other damage it cannot repair, and says so only afterwards"
+m repair-save-overwrites cmd/kdbtool/repair.go \
+  'if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {' 'if true {' \
+  './cmd/kdbtool' "a repair saves its .broken copy over the one an earlier repair saved: the only copy of the store as it was before the first repair is lost"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
