@@ -32,6 +32,9 @@ func TestOpen_NeedNamesMissingSegments(t *testing.T) {
 		want string
 	}{
 		{Need{First: 1}, "db-1.log@0: segment db-1.log is missing: the journal begins at db-2.log"},
+		// One segment past the end: the last one the caller needs is
+		// gone (a bound off by one would let it pass).
+		{Need{First: 2, Last: last + 1}, (last + 1).String() + "@0: segment " + (last + 1).String() + " is missing: the journal ends at " + last.String()},
 		{Need{First: 2, Last: last + 2}, (last + 1).String() + "@0: segments " + (last + 1).String() + " to " + (last + 2).String() + " are missing: the journal ends at " + last.String()},
 	} {
 		_, _, err := Open(testDir, Options{FS: fs, SegmentSize: 8 << 10, Need: c.need})
