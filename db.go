@@ -140,7 +140,14 @@ func open(dir string, opts *Options) (*DB, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: Open: empty directory name (\".\" names the current one)", ErrInvalid)
 	}
-	dir = filepath.Clean(dir)
+	if o.FS == vfs.OS {
+		// ".." resolved where the kernel resolves it (after a symbolic
+		// link), not removed as text: else a "link/../x" would open
+		// another directory than the one every system call on it reaches.
+		dir = vfs.CleanPath(dir)
+	} else {
+		dir = filepath.Clean(dir)
+	}
 	if o.FS == vfs.OS && !filepath.IsAbs(dir) {
 		// The store's files are opened again by name at every new segment,
 		// checkpoint and journal GC: a relative name would follow the

@@ -193,7 +193,7 @@ func demoDirArg(p string) (string, error) {
 	if last := filepath.Base(p); last == "." || last == ".." {
 		return "", fmt.Errorf("DIR %s ends in %q, which the demo refuses: %s", p, last, hint)
 	}
-	d := filepath.Clean(p)
+	d := vfs.CleanPath(p)
 	if d == string(filepath.Separator) {
 		return "", fmt.Errorf("DIR %s is the root directory: %s", p, hint)
 	}

@@ -103,7 +103,9 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	if err := nArgs(fs, "DIR", "FILE"); err != nil {
 		return argsFailed(fs, stdout, err)
 	}
-	dir, file := fs.Arg(0), fs.Arg(1)
+	// ".." resolved as the kernel does (vfs.CleanPath): never the files of
+	// two directories mixed, nor FILE's place in DIR missed.
+	dir, file := vfs.CleanPath(fs.Arg(0)), vfs.CleanPath(fs.Arg(1))
 	if err := pathArg(fs, "DIR", dir); err != nil {
 		return argsFailed(fs, stdout, err)
 	}
@@ -366,7 +368,7 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	if err := nArgs(fs, "FILE", "DIR"); err != nil {
 		return argsFailed(fs, stdout, err)
 	}
-	file, dir := fs.Arg(0), fs.Arg(1)
+	file, dir := vfs.CleanPath(fs.Arg(0)), vfs.CleanPath(fs.Arg(1))
 	if err := pathArg(fs, "FILE", file); err != nil {
 		return argsFailed(fs, stdout, err)
 	}

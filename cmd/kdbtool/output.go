@@ -153,7 +153,7 @@ func oneArg(fs *flag.FlagSet) (string, error) {
 	if err := pathArg(fs, "DIR", fs.Arg(0)); err != nil {
 		return "", err
 	}
-	return fs.Arg(0), nil
+	return vfs.CleanPath(fs.Arg(0)), nil
 }
 
 // nArgs checks that fs's subcommand got the positional arguments names
