@@ -167,6 +167,17 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		if err := dataFileKind(dir, st); err != nil {
 			return fail(err, exitFor(err))
 		}
+		// Whose store it is, decided from a read-only open: a writable
+		// one recovers (replays the journal, checkpoints at close), which
+		// rewrites the files of a store stress then refuses. If the
+		// read-only open fails, the writable one below says why.
+		if ro, err := kdb.Open(dir, &kdb.Options{ReadOnly: true}); err == nil {
+			err = stressTarget(ro, dir, *index)
+			ro.Close()
+			if errors.Is(err, kdb.ErrInvalid) {
+				return fail(err, exitUsage)
+			}
+		}
 	}
 	db, err := kdb.Open(dir, &kdb.Options{SegmentSize: *segSize})
 	if err != nil {
