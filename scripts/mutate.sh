@@ -367,6 +367,9 @@ m journal-need-last-off-by-one journal/scan.go \
 m stress-refuses-after-writable-open cmd/kdbtool/stress.go \
   'if ro, err := kdb.Open(dir, &kdb.Options{ReadOnly: true}); err == nil {' 'if ro, err := kdb.Open(dir, &kdb.Options{ReadOnly: true}); err == nil && false {' \
   './cmd/kdbtool' "stress decides whether a store is an application's only after opening it for writing: the recovery and the checkpoint at close rewrite db.data, db.free and db.redo of a store it then refuses, saying nothing was written"
+m kdbtool-fault-fatal cmd/kdbtool/fault.go \
+  'defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))' 'defer debug.SetPanicOnFault(debug.SetPanicOnFault(false))' \
+  './cmd/kdbtool' "a read of db.data that faults (the file cut short under kdbtool check, a disk error on a mapped page) kills kdbtool with the runtime's stack dump and exit 2, the usage code"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()

@@ -58,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return exitUsage
 	}
-	return c.run(args[1:], stdout, stderr)
+	return runGuarded(args[0], c, args[1:], stdout, stderr)
 }
 
 // help is "kdbtool help [COMMAND]": the general usage, or COMMAND's own
