@@ -157,6 +157,11 @@ func TestOpen_RefusesForgedBatches(t *testing.T) {
 		{"key of 513 bytes", []journal.Record{batchRecord(deleteOp(b("u/stress"), bytes.Repeat(b("k"), 513)))}, "key of 513 bytes"},
 		{"journal put, key of 513 bytes", []journal.Record{val, batchRecord(putJournalOp(b("u/stress"), bytes.Repeat(b("k"), 513), 0, 700))}, "key of 513 bytes"},
 		{"empty key", []journal.Record{batchRecord(putOp(b("u/stress"), nil, b("hi")))}, "key of 0 bytes"},
+		// A value kept in the journal: the batch's size must be its
+		// record's (the index would hold a reference that reads short or
+		// long, and segment refs counting bytes that are not there).
+		{"journal put", []journal.Record{val, batchRecord(putJournalOp(b("u/stress"), b("jk"), 0, 700))}, ""},
+		{"journal put, size unlike its record", []journal.Record{val, batchRecord(putJournalOp(b("u/stress"), b("jk"), 0, 699))}, "holds 700 bytes, batch says 699"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package journal
 
 import (
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -77,4 +78,38 @@ func segmentsOf(t *testing.T, fs interface {
 		}
 	}
 	return ids
+}
+
+// TestIterate_FromAMissingSegmentIsNotFound: Iterate from a segment the
+// journal does not hold (skipped as missing by SkipDamaged) is
+// ErrNotFound; it never starts silently at the next segment, whose records
+// a caller would take for those it asked for.
+func TestIterate_FromAMissingSegmentIsNotFound(t *testing.T) {
+	t.Parallel()
+	fs, j, _ := build(t, Options{SegmentSize: 8 << 10}, 120)
+	mustClose(t, j)
+	ids := segmentsOf(t, fs)
+	if len(ids) < 4 {
+		t.Fatalf("%d segments, want 4 or more", len(ids))
+	}
+	mid := ids[len(ids)/2]
+	if err := fs.Remove(filepath.Join(testDir, mid.String())); err != nil {
+		t.Fatal(err)
+	}
+	j, rep := openMem(t, fs, Options{SegmentSize: 8 << 10, ReadOnly: true, SkipDamaged: true})
+	defer mustClose(t, j)
+	if len(rep.Skipped) == 0 {
+		t.Fatalf("the missing %s was not skipped: %+v", mid, rep)
+	}
+	err := j.Iterate(Location{Segment: mid}, func(loc Location, _ Record) error {
+		return fmt.Errorf("record at %s", loc)
+	})
+	if !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), mid.String()) {
+		t.Errorf("Iterate from the missing %s: %v, want ErrNotFound naming it", mid, err)
+	}
+	// From the segment after it: its records.
+	n := 0
+	if err := j.Iterate(Location{Segment: mid + 1}, func(Location, Record) error { n++; return nil }); err != nil || n == 0 {
+		t.Errorf("Iterate from %s: %d records, %v", mid+1, n, err)
+	}
 }
