@@ -376,6 +376,9 @@ m replay-value-size-unchecked apply.go \
 m iterate-from-missing-segment journal/reader.go \
   '(from.Segment < first || len(spans) == 0 || spans[0].seg.id != from.Segment)' '(from.Segment < first || len(spans) == 0)' \
   './journal' "Iterate from a segment the journal lacks starts silently at the next one: its records taken for those asked for"
+m checkpoint-committed-twice pagefile/checkpoint.go \
+  '	stale := cp.gen <= f.mu.commitGen' '	stale := cp.gen < f.mu.commitGen' \
+  './pagefile' "a prepared checkpoint committed a second time writes a new meta over its old free list and pages: pages freed and reused since are free again, pages written since lost"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
