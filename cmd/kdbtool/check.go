@@ -88,6 +88,14 @@ func runCheck(args []string, stdout, stderr io.Writer) int {
 func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 	in, err := (*inspectOut)(nil), error(nil)
 	lost, why := dataLost(dir)
+	if st, err := os.Stat(filepath.Join(dir, "db.redo")); !lost && err == nil && !st.Mode().IsRegular() {
+		// Not db.data's damage: the page file cannot be opened past it,
+		// and it holds nothing of the store (repair moves it aside).
+		return &checkOut{Dir: dir, Problems: []problem{{"error", "pagefile", fmt.Sprintf(
+			"db.redo is not a regular file (%v): an open refuses the store; kdbtool repair --apply moves it aside (it holds nothing of the store); then check again",
+			st.Mode().Type())}},
+			JournalNotChecked: "db.redo is not a regular file, and the check stops at the page file"}, nil
+	}
 	if !lost {
 		in, err = inspectStore(dir)
 		// A db.data whose header or meta slots cannot be read is, for
