@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 func init() {
@@ -175,6 +176,13 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 			err = stressTarget(ro, dir, *index)
 			ro.Close()
 			if errors.Is(err, kdb.ErrInvalid) {
+				// A store another process holds is said to be locked
+				// first (exit 3), as the writable open says it.
+				if lk, lerr := vfs.LockStore(vfs.OS, dir); errors.Is(lerr, vfs.ErrLocked) {
+					return fail(fmt.Errorf("%w: %w", kdb.ErrLocked, lerr), exitIO)
+				} else if lerr == nil {
+					lk.Close()
+				}
 				return fail(err, exitUsage)
 			}
 		}
