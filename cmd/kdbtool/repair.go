@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -233,12 +234,29 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		}
 	}
 	indexBroken := short
+	cutBeforeReplay := false // the store's open is refused only for its journal cut before the replay position
 	for _, p := range chk.Problems {
 		// A store that fails to open because of the journal is the
 		// journal's problem, reported below.
 		if p.Severity == "error" && (p.Area == "index" && !chk.leakedOnly || p.Area == "store") && in.jerr == nil {
+			if p.Area == "store" && in.Journal.TornBeforeReplay && !short {
+				cutBeforeReplay = true
+				continue
+			}
 			indexBroken = true
 		}
+	}
+	if cutBeforeReplay && !indexBroken && !rebuild {
+		// The cut alone does not make the store open: not planned.
+		out.Actions = slices.DeleteFunc(out.Actions, func(a repairAction) bool { return a.Action == actTruncateTail })
+		// Not the index's damage: db.data holds every write up to its
+		// checkpoint. A rebuild would replace it with what the cut
+		// journal holds (nothing past the cut); recover --skip-damaged
+		// keeps it.
+		out.Unfixable = append(out.Unfixable,
+			"the store does not open: its journal ends before the checkpoint's replay position (the journal problem above), while db.data holds every write up to that checkpoint;"+
+				" kdbtool recover --skip-damaged opens it as db.data holds it, accepting the loss of the journal's cut part (a key whose value was kept there then reads as damaged);"+
+				" --rebuild-index would instead rebuild db.data from what is left of the journal only, losing every write past the cut that db.data holds")
 	}
 	if rebuild {
 		if in.jerr != nil {

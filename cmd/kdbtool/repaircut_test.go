@@ -69,6 +69,15 @@ func TestRepair_JournalCutBeforeReplaySaysWhatIsLost(t *testing.T) {
 				!strings.Contains(out, "would lose: the journal's durable records from "+tornAt+" on: more than ") {
 				t.Errorf("repair --rebuild-index (dry run): exit %d, want 1, a plan that calls the cut no torn tail and says what would be lost:\n%s%s", code, out, errs)
 			}
+			// Without --rebuild-index: db.data is whole, so the advice is
+			// recover --skip-damaged, which keeps it, not a rebuild from
+			// the cut journal, which replaces it with less; the cut alone
+			// (which does not make the store open) is not planned.
+			code, out, errs = runTool(t, "repair", c.dir)
+			if code != exitProblems || !strings.Contains(out, "kdbtool recover --skip-damaged opens it as db.data holds it") ||
+				strings.Contains(out, "rerun with --rebuild-index") || strings.Contains(out, "would: cut the journal") {
+				t.Errorf("repair (dry run): exit %d, want 1 advising recover --skip-damaged, no rebuild and no cut alone:\n%s%s", code, out, errs)
+			}
 			want := off - boundary
 			code, m = runJSON(t, "repair", "--json", "--rebuild-index", c.dir)
 			if code != exitProblems || m["lost_bytes"] != float64(want) || !strings.Contains(fmt.Sprint(m["lost"]), fmt.Sprintf("more than %d bytes", want)) {
