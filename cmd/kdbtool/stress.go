@@ -281,6 +281,7 @@ type verifyOut struct {
 	Checked    int      `json:"checked"`
 	Missing    []string `json:"missing"`
 	Mismatched []string `json:"mismatched"`
+	Damaged    []string `json:"damaged"` // the value cannot be read: damaged bytes (ErrCorrupt)
 	OK         bool     `json:"ok"`
 }
 
@@ -371,7 +372,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "verify: recovery: free list %s, %d records replayed, %d torn bytes truncated\n",
 			r.FreeListPath, r.RecordsReplayed, r.TornBytesTruncated)
 	}
-	out := &verifyOut{Dir: dir, Index: *index, Missing: []string{}, Mismatched: []string{}}
+	out := &verifyOut{Dir: dir, Index: *index, Missing: []string{}, Mismatched: []string{}, Damaged: []string{}}
 	p := newProgress(stderr, "verified")
 	indexSeen := false // the index is known to be in the store
 	for key := first; key != ""; key = nextKey() {
@@ -399,6 +400,11 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 				indexSeen = true
 			}
 			out.Missing = append(out.Missing, key)
+		case isCorrupt(err):
+			// Damaged bytes: this key is lost, the others may not be;
+			// count it and go on, so the totals say how much.
+			out.Damaged = append(out.Damaged, key)
+			fmt.Fprintf(stderr, "verify: %s: %s\n", key, errLine(err))
 		default:
 			return failed(stdout, stderr, "verify", *asJSON, key+": ", err, exitFor(err))
 		}
@@ -417,7 +423,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	if err := db.Close(); err != nil {
 		return failed(stdout, stderr, "verify", *asJSON, "close: ", err, exitIO)
 	}
-	out.OK = len(out.Missing) == 0 && len(out.Mismatched) == 0
+	out.OK = len(out.Missing) == 0 && len(out.Mismatched) == 0 && len(out.Damaged) == 0
 	if *asJSON {
 		writeJSON(stdout, out)
 	} else {
@@ -427,7 +433,14 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		for _, k := range out.Mismatched {
 			fmt.Fprintf(stdout, "wrong value: %s\n", k)
 		}
-		fmt.Fprintf(stdout, "%d keys checked, %d missing, %d with a wrong value\n", out.Checked, len(out.Missing), len(out.Mismatched))
+		for _, k := range out.Damaged {
+			fmt.Fprintf(stdout, "damaged: %s\n", k)
+		}
+		fmt.Fprintf(stdout, "%d keys checked, %d missing, %d with a wrong value", out.Checked, len(out.Missing), len(out.Mismatched))
+		if len(out.Damaged) > 0 {
+			fmt.Fprintf(stdout, ", %d whose value is damaged", len(out.Damaged))
+		}
+		fmt.Fprintln(stdout)
 	}
 	if !out.OK {
 		return exitProblems
