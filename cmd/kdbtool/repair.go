@@ -295,7 +295,8 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		// The store opens: the damage lies before the replay position,
 		// which recover --skip-damaged does not read either.
 		out.Unfixable = append(out.Unfixable, "the journal is damaged before the replay position: "+in.jerr.Error()+
-			" (the store opens as it is: the damaged records' changes are in db.data, but a key whose value the index keeps"+
+			" (the store opens as it is: the damaged records' changes are in db.data (unless an earlier recover --skip-damaged"+
+			" skipped them, when they were after the replay position then: those writes are lost), but a key whose value the index keeps"+
 			" in them reads as ErrCorrupt, and export stops at it; delete or rewrite such keys (export names them one at a"+
 			" time) and export and import into a new store, or restore from a backup; recover --skip-damaged changes nothing here)")
 	case in.jerr != nil && errors.Is(in.jerr, vfs.ErrNotRegular):
