@@ -379,6 +379,9 @@ m iterate-from-missing-segment journal/reader.go \
 m checkpoint-committed-twice pagefile/checkpoint.go \
   '	stale := cp.gen <= f.mu.commitGen' '	stale := cp.gen < f.mu.commitGen' \
   './pagefile' "a prepared checkpoint committed a second time writes a new meta over its old free list and pages: pages freed and reused since are free again, pages written since lost"
+m defer-on-readonly deferred.go \
+  $'\tif db.opts.ReadOnly {\n\t\treturn ErrReadOnly\n\t}\n\tq := &db.dq' $'\tq := &db.dq' \
+  '.' "Defer on a read-only handle queues the transaction and returns nil: it is never committed, and its writes are silently dropped"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
