@@ -385,6 +385,9 @@ m defer-on-readonly deferred.go \
 m export-count-unchecked export.go \
   $'\t\t\tif n != t.count {' $'\t\t\tif false && n != t.count {' \
   '.' "Export of a tree whose pages hide a child (a branch's last cell dropped, checksum right) ends ok with a snapshot missing its keys"
+m sync-failure-not-fatal db.go \
+  $'\tif err := db.j.Sync(); err != nil {\n\t\treturn db.fail(err)\n\t}' $'\tif err := db.j.Sync(); err != nil {\n\t\treturn err\n\t}' \
+  '.' "a failed fdatasync in DB.Sync leaves the handle unfailed: Err says nothing, and the application goes on as if only that call failed"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
