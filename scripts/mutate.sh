@@ -388,6 +388,9 @@ m export-count-unchecked export.go \
 m sync-failure-not-fatal db.go \
   $'\tif err := db.j.Sync(); err != nil {\n\t\treturn db.fail(err)\n\t}' $'\tif err := db.j.Sync(); err != nil {\n\t\treturn err\n\t}' \
   '.' "a failed fdatasync in DB.Sync leaves the handle unfailed: Err says nothing, and the application goes on as if only that call failed"
+m overlay-ignores-drop-order ordered.go \
+  'if e, hit := f.keys[string(appendOvKey(buf[:0], tree, key))]; hit && e.gen > d {' 'if e, hit := f.keys[string(appendOvKey(buf[:0], tree, key))]; hit {' \
+  '.' "a transaction reads a key put by an in-flight transaction after a later in-flight one dropped its index: it sees a value that no longer exists, and writes from it"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
