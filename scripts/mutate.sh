@@ -391,6 +391,18 @@ m sync-failure-not-fatal db.go \
 m overlay-ignores-drop-order ordered.go \
   'if e, hit := f.keys[string(appendOvKey(buf[:0], tree, key))]; hit && e.gen > d {' 'if e, hit := f.keys[string(appendOvKey(buf[:0], tree, key))]; hit {' \
   '.' "a transaction reads a key put by an in-flight transaction after a later in-flight one dropped its index: it sees a value that no longer exists, and writes from it"
+m nosync-timer-pushed-back commit.go \
+  '	if a.armed || a.closed {' '	if a.closed {' \
+  '.' "each NoSync commit re-arms the SyncInterval timer: a steady stream of them (one every 5 ms, a 50 ms interval) is never fsynced, against the promise of durability within SyncInterval"
+m defer-rollback-keeps-own-index deferred.go \
+  '		tx.own, tx.dropped = nil, nil' '		_ = 0' \
+  '.' "a failed folded deferred function leaves its index of the transaction's own writes: the host reads ErrNotFound for its own put, and the failed function's key with the host's value"
+m defer-requeued-behind-newer deferred.go \
+  '	q.fns = append(fns[:len(fns):len(fns)], q.fns...)' '	q.fns = append(q.fns, fns...)' \
+  '.' "deferred transactions put back after a host's panic go behind those deferred meanwhile: they commit out of order, the older value last"
+m close-keeps-mapping lifecycle.go \
+  $'\tr.gone.Store(true)\n\tif r.n == 0 {\n\t\treturn false\n\t}' $'\tr.gone.Store(true)' \
+  '.' "Close with no View running leaves db.data mapped and open, to a View that never comes: every Open/Close cycle leaks a mapping of the whole file"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
