@@ -101,7 +101,14 @@ func TestImport_InterruptedLeavesNoStore(t *testing.T) {
 	if _, err := Import("/top/dst", bytes.NewReader(snap), &Options{FS: fsys}); err != nil {
 		t.Fatal(err)
 	}
-	points = append(points, point{n + 1, mem.CrashClone(vfs.CrashOptions{Seed: 1})})
+	// Once Import returned, the store is durable: a power loss now finds
+	// it in place, whole.
+	after := mem.CrashClone(vfs.CrashOptions{Seed: 1})
+	if exists, err := vfs.Exists(after, "/top/dst"); err != nil || !exists {
+		t.Fatalf("a power loss after Import returned: /top/dst exists %v (%v), want the store", exists, err)
+	}
+	requireImported(t, after.Clone(), "/top/dst", want)
+	points = append(points, point{n + 1, after})
 	if len(points) < 20 {
 		t.Fatalf("only %d points", len(points))
 	}

@@ -403,6 +403,9 @@ m defer-requeued-behind-newer deferred.go \
 m close-keeps-mapping lifecycle.go \
   $'\tr.gone.Store(true)\n\tif r.n == 0 {\n\t\treturn false\n\t}' $'\tr.gone.Store(true)' \
   '.' "Close with no View running leaves db.data mapped and open, to a View that never comes: every Open/Close cycle leaks a mapping of the whole file"
+m import-rename-unsynced export.go \
+  $'\tif err := fsys.SyncDir(parent); err != nil {\n\t\treturn rep,' $'\tif err := error(nil); err != nil {\n\t\treturn rep,' \
+  '.' "Import returns once the new store is renamed into place, before the rename is durable: a power loss then leaves no store where Import said it made one"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
