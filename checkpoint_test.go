@@ -322,3 +322,28 @@ func TestDB_CheckProgress(t *testing.T) {
 		t.Fatalf("progress %v for %+v", calls, rep)
 	}
 }
+
+// TestDB_IdleStoreTakesNoCheckpoints: an interval checkpoint runs only
+// when something was written since the last one: an idle store takes none
+// (each would cost fsyncs of db.free, db.redo and db.data every interval).
+// Once the writes are checkpointed, 12 intervals pass without one (it
+// waits up to 5 s for such a quiet stretch: a loaded machine may delay the
+// checkpoints that are due).
+func TestDB_IdleStoreTakesNoCheckpoints(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem(), CheckpointInterval: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	putN(t, db, "x", 10, 10)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n := db.Stats().Checkpoints
+		time.Sleep(60 * time.Millisecond)
+		if m := db.Stats().Checkpoints; m == n && n > 0 {
+			return
+		} else if time.Now().After(deadline) {
+			t.Fatalf("%d checkpoints, still %d more in the last 12 intervals of an idle store", m, m-n)
+		}
+	}
+}
