@@ -409,6 +409,9 @@ m import-rename-unsynced export.go \
 m checkpoint-when-idle checkpoint.go \
   $'\tif db.mu.applied == db.mu.ckApplied {\n\t\treturn false // nothing new\n\t}' '' \
   '.' "an idle store takes an empty checkpoint every CheckpointInterval: fsyncs of db.free, db.redo and db.data for nothing, forever"
+m commit-group-ops-unbounded commit.go \
+  'if size+r.size > db.maxGroup || nops+len(r.ops) > db.opts.CommitGroupOps {' 'if size+r.size > db.maxGroup {' \
+  '.' "a commit leader gathers groups past Options.CommitGroupOps: the bound on a group's apply (the stall it costs the writers behind it) is gone"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
