@@ -412,6 +412,9 @@ m checkpoint-when-idle checkpoint.go \
 m commit-group-ops-unbounded commit.go \
   'if size+r.size > db.maxGroup || nops+len(r.ops) > db.opts.CommitGroupOps {' 'if size+r.size > db.maxGroup {' \
   '.' "a commit leader gathers groups past Options.CommitGroupOps: the bound on a group's apply (the stall it costs the writers behind it) is gone"
+m broker-check-queue-with-subs broker/check.go \
+  'if DestKind(d.key[0]) == Queue && len(ids)+len(gs) > 0 {' 'if false {' \
+  './broker' "broker Check passes a queue that holds subscription records (a later check found the damage only by luck of the order)"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
