@@ -130,6 +130,13 @@ func TestMut_CheckFindsEachDamage(t *testing.T) {
 			d.count++
 			put(t, b, destsTree, d.key, d.encode())
 		}},
+		{"a gone subscription record naming another topic", func(t *testing.T, b *Broker) {
+			if err := b.Subscribe("t", "s"); err != nil {
+				t.Fatal(err)
+			}
+			k := binary.BigEndian.AppendUint64(binary.BigEndian.AppendUint64(nil, dest(t, b, Topic, "t").id), subID(t, b, "t", "s"))
+			put(t, b, goneTree, k, []byte("other"))
+		}},
 		{"a queue with a subscription", func(t *testing.T, b *Broker) {
 			send(t, b, Queue, "q", "a")
 			v := binary.LittleEndian.AppendUint64(u64(1), 1)
@@ -168,7 +175,10 @@ func TestMut_CheckFindsEachDamage(t *testing.T) {
 			c.damage(t, b)
 			// Where a later check could find the same damage, the error
 			// must be this one's.
-			want := map[string]string{"a queue with a subscription": "a queue with subscriptions"}[c.name]
+			want := map[string]string{
+				"a queue with a subscription":                     "a queue with subscriptions",
+				"a gone subscription record naming another topic": "names no topic",
+			}[c.name]
 			if err := b.Check(); !errors.Is(err, kdb.ErrCorrupt) || !strings.Contains(err.Error(), want) {
 				t.Fatalf("Check: %v, want kdb.ErrCorrupt saying %q", err, want)
 			}

@@ -415,6 +415,9 @@ m commit-group-ops-unbounded commit.go \
 m broker-check-queue-with-subs broker/check.go \
   'if DestKind(d.key[0]) == Queue && len(ids)+len(gs) > 0 {' 'if false {' \
   './broker' "broker Check passes a queue that holds subscription records (a later check found the damage only by luck of the order)"
+m broker-check-gone-topic-name broker/check.go \
+  '|| topicName[binary.BigEndian.Uint64(k)] != string(v) {' '{' \
+  './broker' "broker Check passes a gone-subscription record that names another topic (finishing the Unsubscribe later fails on it)"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
