@@ -86,7 +86,12 @@ func TestSubmit_OverlayPutsDeletesAndDrops(t *testing.T) {
 		}
 		cs = append(cs, c)
 	}
-	submit(func(tx *kdb.Txn) error { return tx.Put("a", []byte("k"), []byte("v1")) })
+	submit(func(tx *kdb.Txn) error {
+		if err := tx.Put("a", []byte("k2"), []byte("in flight, then its index dropped")); err != nil {
+			return err
+		}
+		return tx.Put("a", []byte("k"), []byte("v1"))
+	})
 	submit(func(tx *kdb.Txn) error {
 		if v, err := tx.Get("a", []byte("k")); err != nil || string(v) != "v1" {
 			t.Errorf("in flight put: %q %v", v, err)
@@ -105,6 +110,10 @@ func TestSubmit_OverlayPutsDeletesAndDrops(t *testing.T) {
 	submit(func(tx *kdb.Txn) error {
 		if _, err := tx.Get("a", []byte("old")); !errors.Is(err, kdb.ErrNotFound) {
 			t.Errorf("in flight drop: key of the dropped index still read: %v", err)
+		}
+		// An in-flight put before the in-flight drop: gone with its index.
+		if v, err := tx.Get("a", []byte("k2")); !errors.Is(err, kdb.ErrNotFound) {
+			t.Errorf("in flight drop: a key put in flight before it still read: %q %v", v, err)
 		}
 		return tx.Put("a", []byte("new"), []byte("2"))
 	})
