@@ -8,9 +8,9 @@ import (
 )
 
 // TestReadOnly_EveryWriteRefused: on a read-only handle every call that
-// writes is ErrReadOnly, and no function given to it runs: Defer queued
-// the transaction (its done reported nothing), which a read-only handle
-// never commits, and its Close dropped it.
+// writes is ErrReadOnly at once, and no function given to it runs. (Defer
+// was checked by nothing: without its check it returned nil, queuing a
+// transaction a read-only handle never commits.)
 func TestReadOnly_EveryWriteRefused(t *testing.T) {
 	dir := t.TempDir()
 	db, err := kdb.Open(dir, nil)
