@@ -99,41 +99,58 @@ func TestMut_NamesOfTheLargestSize(t *testing.T) {
 	}
 }
 
-// TestMut_GetMessageOfADamagedIDIndex guards GetMessage's check of the ID
-// index's value (read.go, "len(v) != 8"): a value of the wrong size (a
-// damaged store) is an error, not a panic in a decode of 8 bytes from it.
+// TestMut_GetMessageOfADamagedIDIndex guards GetMessage's checks of the
+// ID index's value (read.go): a value of other than 8 bytes ("len(v) !=
+// 8"; 9 bytes were read as their first 8) and a sequence number of no
+// message (the index dangling: not kdb.ErrNotFound, which says the ID was
+// never sent) are damage, kdb.ErrCorrupt, not a panic in a decode of 8
+// bytes from it nor a message returned.
 func TestMut_GetMessageOfADamagedIDIndex(t *testing.T) {
-	b := openTestBroker(t, &kdb.Options{SegmentSize: 128 << 10})
-	if _, err := b.Send(Queue, "q", &Message{ID: "m", Body: []byte("x")}); err != nil {
-		t.Fatal(err)
-	}
-	var id uint64
-	if err := b.view(func(s snap) error {
-		d, err := s.destRec(Queue, "q")
-		if err == nil {
-			id = d.id
-		}
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := b.ns.Update(func(tx *kdb.Txn) error {
-		return tx.Put(idTree(idPrefix, id), []byte("m"), []byte{1, 2, 3})
-	}); err != nil {
-		t.Fatal(err)
-	}
-	func() {
-		defer func() {
-			if r := recover(); r != nil {
-				t.Fatalf("GetMessage of an ID indexed to 3 bytes panicked: %v", r)
+	for _, c := range []struct {
+		name string
+		v    func(seq uint64) []byte
+	}{
+		{"3 bytes", func(uint64) []byte { return []byte{1, 2, 3} }},
+		{"7 bytes", func(seq uint64) []byte { return u64(seq)[:7] }},
+		{"9 bytes", func(seq uint64) []byte { return append(u64(seq), 0) }},
+		{"16 bytes", func(seq uint64) []byte { return append(u64(seq), u64(seq)...) }},
+		{"a seq of no message", func(seq uint64) []byte { return u64(seq + 1) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := openTestBroker(t, &kdb.Options{SegmentSize: 128 << 10})
+			seq, err := b.Send(Queue, "q", &Message{ID: "m", Body: []byte("x")})
+			if err != nil {
+				t.Fatal(err)
 			}
-		}()
-		if m, err := b.GetMessage(Queue, "q", "m"); err == nil {
-			t.Fatalf("GetMessage of an ID indexed to 3 bytes: %+v, nil; want an error", m)
-		}
-	}()
-	if err := b.Check(); !errors.Is(err, kdb.ErrCorrupt) {
-		t.Fatalf("Check of an ID indexed to 3 bytes: %v, want kdb.ErrCorrupt", err)
+			var id uint64
+			if err := b.view(func(s snap) error {
+				d, err := s.destRec(Queue, "q")
+				if err == nil {
+					id = d.id
+				}
+				return err
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.ns.Update(func(tx *kdb.Txn) error {
+				return tx.Put(idTree(idPrefix, id), []byte("m"), c.v(seq))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			func() {
+				defer func() {
+					if r := recover(); r != nil {
+						t.Fatalf("GetMessage of an ID indexed to %s panicked: %v", c.name, r)
+					}
+				}()
+				if m, err := b.GetMessage(Queue, "q", "m"); !errors.Is(err, kdb.ErrCorrupt) {
+					t.Fatalf("GetMessage of an ID indexed to %s: %+v, %v; want kdb.ErrCorrupt", c.name, m, err)
+				}
+			}()
+			if err := b.Check(); !errors.Is(err, kdb.ErrCorrupt) {
+				t.Fatalf("Check of an ID indexed to %s: %v, want kdb.ErrCorrupt", c.name, err)
+			}
+		})
 	}
 }
 
@@ -196,5 +213,74 @@ func TestMut_ReadSubFrom(t *testing.T) {
 	ms, err := b.ReadSub("t", "s", 3, 10)
 	if err != nil || len(ms) != 2 || ms[0].Seq != 3 || ms[0].ID != "c" || ms[1].ID != "d" {
 		t.Fatalf("ReadSub from 3: %+v, %v; want c (3) and d (4)", ms, err)
+	}
+}
+
+// TestMut_RecordsOfAWrongSize guards the decoders' length checks of the
+// broker's fixed-size records and keys: a destination record of 32 bytes
+// exactly ("len(v) != destRecSize": 33 were read as their first 32), a
+// destination key of a kind and a name of one byte at least ("len(k) <
+// 2"), a message header holding an ID ("len(v) < 9": one of 8 bytes, no
+// ID, made an Ack fail as a bad argument, deleting an ID index key of 0
+// bytes). Each is kdb.ErrCorrupt from the call that reads it, and from
+// Check.
+func TestMut_RecordsOfAWrongSize(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		damage func(tx *kdb.Txn, d *destRec, seq uint64) error
+		read   func(b *Broker, seq uint64) error
+	}{
+		{"destination record of 33 bytes", func(tx *kdb.Txn, d *destRec, _ uint64) error {
+			return tx.Put(destsTree, d.key, append(d.encode(), 0))
+		}, func(b *Broker, _ uint64) error {
+			_, err := b.Destination(Queue, "q")
+			return err
+		}},
+		{"destination record of 31 bytes", func(tx *kdb.Txn, d *destRec, _ uint64) error {
+			return tx.Put(destsTree, d.key, d.encode()[:31])
+		}, func(b *Broker, _ uint64) error {
+			_, err := b.Destination(Queue, "q")
+			return err
+		}},
+		{"destination key of a kind and no name", func(tx *kdb.Txn, d *destRec, _ uint64) error {
+			return tx.Put(destsTree, d.key[:1], d.encode())
+		}, func(b *Broker, _ uint64) error {
+			_, err := b.Destinations()
+			return err
+		}},
+		{"message header of 8 bytes", func(tx *kdb.Txn, d *destRec, seq uint64) error {
+			v, err := tx.Get(idTree(hdrPrefix, d.id), seqKey(seq))
+			if err != nil {
+				return err
+			}
+			return tx.Put(idTree(hdrPrefix, d.id), seqKey(seq), v[:8])
+		}, func(b *Broker, seq uint64) error { return b.Ack(Queue, "q", seq) }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := openTestBroker(t, &kdb.Options{SegmentSize: 128 << 10})
+			seq, err := b.Send(Queue, "q", &Message{ID: "m", Body: []byte("x")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := b.ns.Update(func(tx *kdb.Txn) error {
+				v, err := tx.Get(destsTree, destKey(Queue, "q"))
+				if err != nil {
+					return err
+				}
+				d, err := decodeDestRec(destKey(Queue, "q"), v)
+				if err != nil {
+					return err
+				}
+				return c.damage(tx, d, seq)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.read(b, seq); !errors.Is(err, kdb.ErrCorrupt) {
+				t.Fatalf("read of a %s: %v, want kdb.ErrCorrupt", c.name, err)
+			}
+			if err := b.Check(); !errors.Is(err, kdb.ErrCorrupt) {
+				t.Fatalf("Check of a %s: %v, want kdb.ErrCorrupt", c.name, err)
+			}
+		})
 	}
 }

@@ -76,3 +76,55 @@ func TestPrepared_AckOutlivesNoDeleteOfItsDestination(t *testing.T) {
 		})
 	}
 }
+
+// TestPrepared_AckHoldsOnlyItsKindOfDestination: a queue and a topic of
+// the same name are two destinations. A prepared transaction's ack of
+// topic "x" (or queue "y") does not hold queue "x" (topic "y"): its
+// DeleteDestination deletes, while the one the transaction acks in is
+// still refused, and the transaction then commits.
+func TestPrepared_AckHoldsOnlyItsKindOfDestination(t *testing.T) {
+	fs := vfs.NewMem()
+	b := openBroker(t, fs)
+	if err := b.Subscribe("x", "s"); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Subscribe("y", "s"); err != nil {
+		t.Fatal(err)
+	}
+	tseq := mustSend(t, b, broker.Topic, "x", &broker.Message{ID: "t"})
+	qseq := mustSend(t, b, broker.Queue, "y", &broker.Message{ID: "q"})
+	mustSend(t, b, broker.Queue, "x", &broker.Message{ID: "q"})
+	mustSend(t, b, broker.Topic, "y", &broker.Message{ID: "t"})
+	tx := b.BeginTx()
+	_ = tx.AckSub("x", "s", tseq)
+	_ = tx.Ack(broker.Queue, "y", qseq)
+	if err := tx.Prepare("x1"); err != nil {
+		t.Fatal(err)
+	}
+	b = reopen(t, b, fs) // the refusal reads the stored record
+	for _, d := range []struct {
+		kind broker.DestKind
+		name string
+	}{{broker.Queue, "x"}, {broker.Topic, "y"}} {
+		if err := b.DeleteDestination(d.kind, d.name); err != nil {
+			t.Fatalf("DeleteDestination of %s %q, which the prepared transaction does not ack in: %v", d.kind, d.name, err)
+		}
+	}
+	for _, d := range []struct {
+		kind broker.DestKind
+		name string
+	}{{broker.Topic, "x"}, {broker.Queue, "y"}} {
+		if err := b.DeleteDestination(d.kind, d.name); !errors.Is(err, kdb.ErrInvalid) {
+			t.Fatalf("DeleteDestination of %s %q, which the prepared transaction acks in: %v, want kdb.ErrInvalid", d.kind, d.name, err)
+		}
+	}
+	if err := b.CommitPrepared("x1"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := b.Pending("x", "s"); err != nil || n != 0 {
+		t.Fatalf("topic x after the commit: %d pending, %v; want 0", n, err)
+	}
+	if d, err := b.Destination(broker.Queue, "y"); err != nil || d.Count != 0 {
+		t.Fatalf("queue y after the commit: %+v, %v; want empty", d, err)
+	}
+}

@@ -61,3 +61,41 @@ func TestSubscription_DamagedRecordIsCorrupt(t *testing.T) {
 		}
 	}
 }
+
+// TestSubscription_PendingMessageMissingIsCorrupt: a subscription's pending
+// entry whose message is not there (a damaged store) is kdb.ErrCorrupt
+// from ReadSub, naming the entry, not a message skipped: a reader that
+// skipped it would ack past a message it never got.
+func TestSubscription_PendingMessageMissingIsCorrupt(t *testing.T) {
+	b := openTestBroker(t, nil)
+	if err := b.Subscribe("t", "s"); err != nil {
+		t.Fatal(err)
+	}
+	var seqs []uint64
+	for _, id := range []string{"a", "b"} {
+		seq, err := b.Send(Topic, "t", &Message{ID: id, Body: []byte("x")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		seqs = append(seqs, seq)
+	}
+	var topic uint64
+	if err := b.view(func(s snap) error {
+		d, err := s.destRec(Topic, "t")
+		if err == nil {
+			topic = d.id
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ns.Update(func(tx *kdb.Txn) error { return tx.Delete(idTree(msgPrefix, topic), seqKey(seqs[0])) }); err != nil {
+		t.Fatal(err)
+	}
+	if ms, err := b.ReadSub("t", "s", 0, 10); !errors.Is(err, kdb.ErrCorrupt) {
+		t.Fatalf("ReadSub with pending message %d missing: %d messages, %v; want kdb.ErrCorrupt", seqs[0], len(ms), err)
+	}
+	if ms, err := b.ReadSub("t", "s", seqs[1], 10); err != nil || len(ms) != 1 || ms[0].ID != "b" {
+		t.Fatalf("ReadSub from the message after the missing one: %+v, %v; want message b", ms, err)
+	}
+}

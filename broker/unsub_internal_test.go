@@ -163,3 +163,74 @@ func TestAPI_BadSubscriptionNameOfAnUnknownTopic(t *testing.T) {
 		t.Fatalf("the refused calls made the topic: %v", err)
 	}
 }
+
+// TestUnsubscribe_DamagedGoneRecordIsCorrupt: a gone subscription's record
+// (tree "gone": the topic's id and the subscription's, u64 big-endian each,
+// to the topic's name) that does not hold together is damage, reported as
+// kdb.ErrCorrupt by whatever finishes or drops it, and nothing is acked:
+//   - a name of a topic of another id: finishing it acked the pending
+//     entries' sequence numbers in that other topic, deleting messages
+//     its own subscriptions still had pending;
+//   - a key of 17 bytes: read as its first 16, a record that no delete
+//     of those 16 removes.
+func TestUnsubscribe_DamagedGoneRecordIsCorrupt(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		key  func(g goneSub) []byte
+		val  string
+		// Purge and DeleteDestination of the topic drop the gone records
+		// under its id, whatever they name; those of a bad key they refuse.
+		purgeRefused bool
+	}{
+		{"names a topic of another id", goneSub.key, "u", false},
+		{"has a key of 17 bytes", func(g goneSub) []byte { return append(g.key(), 0) }, "t", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b := openTestBroker(t, nil)
+			for _, s := range []struct{ topic, sub string }{{"t", "keep"}, {"t", "drop"}, {"u", "s"}} {
+				if err := b.Subscribe(s.topic, s.sub); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, topic := range []string{"t", "u"} {
+				if _, err := b.Send(Topic, topic, &Message{ID: "m", Body: []byte("x")}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// An Unsubscribe of t's "drop" cut short, its record damaged.
+			if err := b.ns.Update(func(tx *kdb.Txn) error {
+				w := &bwrite{b: b, tx: tx}
+				d, id, err := w.topicSub("t", "drop")
+				if err != nil {
+					return err
+				}
+				if err := tx.Delete(subsTree, subKey(d.id, "drop")); err != nil {
+					return err
+				}
+				return tx.Put(goneTree, c.key(goneSub{d.id, id}), []byte(c.val))
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Open(b.DB()); !errors.Is(err, kdb.ErrCorrupt) {
+				t.Errorf("Open with a gone subscription record that %s: %v, want kdb.ErrCorrupt", c.name, err)
+			}
+			if err := b.Check(); !errors.Is(err, kdb.ErrCorrupt) {
+				t.Errorf("Check with a gone subscription record that %s: %v, want kdb.ErrCorrupt", c.name, err)
+			}
+			if c.purgeRefused {
+				if err := b.Purge(Topic, "t"); !errors.Is(err, kdb.ErrCorrupt) {
+					t.Errorf("Purge of a topic with a gone subscription record that %s: %v, want kdb.ErrCorrupt", c.name, err)
+				}
+				if err := b.DeleteDestination(Topic, "t"); !errors.Is(err, kdb.ErrCorrupt) {
+					t.Errorf("DeleteDestination of a topic with a gone subscription record that %s: %v, want kdb.ErrCorrupt", c.name, err)
+				}
+			}
+			for _, topic := range []string{"t", "u"} {
+				sub := map[string]string{"t": "keep", "u": "s"}[topic]
+				if ms, err := b.ReadSub(topic, sub, 0, 10); err != nil || len(ms) != 1 {
+					t.Errorf("%s's subscription %q: %d messages, %v; want its message", topic, sub, len(ms), err)
+				}
+			}
+		})
+	}
+}
