@@ -94,6 +94,10 @@ type Hook struct {
 		// record was stored last (OnSessionEstablish) and the session
 		// expiry interval stored, until that connection's OnDisconnect.
 		conns map[string]conn
+		// resuming holds, per client ID, the connection resuming a
+		// stored session from its OnSessionEstablish to its
+		// OnSessionEstablished (awaitResume).
+		resuming map[string]*resume
 	}
 
 	// loaded at Init, handed out by the Stored* events and OnStarted.
@@ -168,6 +172,14 @@ type conn struct {
 	expiry uint32
 }
 
+// resume is a connection resuming a session; done is closed when mochi
+// has put it in its client map in place of the old client object (or it
+// is given up: awaitResume).
+type resume struct {
+	cl   *mqtt.Client
+	done chan struct{}
+}
+
 type pendingMsg struct {
 	seq uint64
 	msg storage.Message
@@ -181,6 +193,7 @@ func (h *Hook) Provides(b byte) bool {
 	return bytes.Contains([]byte{
 		mqtt.OnStarted,
 		mqtt.OnSessionEstablish,
+		mqtt.OnSessionEstablished,
 		mqtt.OnDisconnect,
 		mqtt.OnSubscribed,
 		mqtt.OnUnsubscribed,
@@ -205,6 +218,10 @@ func (h *Hook) Provides(b byte) bool {
 }
 
 // Init opens the hook's namespace and reads what the server will ask for.
+// One hook at a time per store: Init on a store whose hook has not
+// stopped returns an error wrapping kdb.ErrInvalid (each hook numbers its
+// pending publishes and knows what is stored from its own memory, so two
+// would overwrite each other's records).
 func (h *Hook) Init(config any) error {
 	o, ok := config.(*Options)
 	if !ok || o == nil {
@@ -217,6 +234,11 @@ func (h *Hook) Init(config any) error {
 	if err != nil {
 		return fmt.Errorf("kdbmqtt: %w", err)
 	}
+	claims.Lock()
+	defer claims.Unlock()
+	if claims.m[o.DB] != nil {
+		return fmt.Errorf("kdbmqtt: namespace %q of this kdb store has a hook already (stop its server first): %w", Namespace, kdb.ErrInvalid)
+	}
 	h.db, h.ns, h.srv = o.DB, ns, o.Server
 	h.budget = o.DB.MaxBatchSize()
 	h.mu.last = map[string]ackDep{}
@@ -225,6 +247,7 @@ func (h *Hook) Init(config any) error {
 	h.mu.open = map[string]*publish{}
 	h.mu.ended = map[string]bool{}
 	h.mu.conns = map[string]conn{}
+	h.mu.resuming = map[string]*resume{}
 	h.replayed = make(chan struct{})
 	if err := h.load(); err != nil {
 		return err
@@ -232,7 +255,19 @@ func (h *Hook) Init(config any) error {
 	if len(h.replay) == 0 {
 		close(h.replayed)
 	}
+	if claims.m == nil {
+		claims.m = map[*kdb.DB]*Hook{}
+	}
+	claims.m[o.DB] = h
 	return nil
+}
+
+// claims holds the kdb stores that have a live hook (Init's check; Stop
+// releases). A hook never stopped keeps its entry, and so its kdb.DB, for
+// the life of the process.
+var claims struct {
+	sync.Mutex
+	m map[*kdb.DB]*Hook
 }
 
 // load reads the inflight messages and pending publishes, to know what is
@@ -481,6 +516,11 @@ func (h *Hook) Stop() error {
 	h.mu.stopped = true
 	h.mu.Unlock()
 	h.waiters.Wait()
+	claims.Lock()
+	if claims.m[h.db] == h {
+		delete(claims.m, h.db)
+	}
+	claims.Unlock()
 	return h.Err()
 }
 
@@ -770,11 +810,19 @@ func (h *Hook) barrier(cl *mqtt.Client) bool {
 //
 // A connection made while OnStarted publishes the pending messages again
 // waits here until it is done. A connection that resumes a session also
-// waits for the fan-outs in progress (awaitFanouts).
+// waits for the fan-outs in progress (awaitFanouts), and holds the
+// publishes to it that come after until OnSessionEstablished
+// (awaitResume).
 func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	<-h.replayed
 	old, ok := h.srv.Clients.Get(cl.ID)
 	if ok && !pk.Connect.Clean {
+		h.mu.Lock()
+		if r := h.mu.resuming[cl.ID]; r != nil {
+			close(r.done)
+		}
+		h.mu.resuming[cl.ID] = &resume{cl: cl, done: make(chan struct{})}
+		h.mu.Unlock()
 		h.awaitFanouts(cl.ID)
 	}
 	reset := ok && (pk.Connect.Clean || (old.Properties.Clean && old.Properties.ProtocolVersion < 5))
@@ -782,8 +830,76 @@ func (h *Hook) OnSessionEstablish(cl *mqtt.Client, pk packets.Packet) {
 	h.storeClient(cl, reset, true)
 }
 
+// OnSessionEstablished ends the wait of the publishes to cl's session
+// (awaitResume): mochi has put cl in its client map and sent its CONNACK
+// and the session's inflight messages.
+func (h *Hook) OnSessionEstablished(cl *mqtt.Client, _ packets.Packet) { h.endResume(cl, nil) }
+
+// endResume ends the resume of cl's session, if r (any if nil) is it.
+func (h *Hook) endResume(cl *mqtt.Client, r *resume) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if cur := h.mu.resuming[cl.ID]; cur != nil && cur.cl == cl && (r == nil || cur == r) {
+		close(cur.done)
+		delete(h.mu.resuming, cl.ID)
+	}
+}
+
+// resumingSubscriberLocked returns the resume of a session that
+// subscribes to topic, if any.
+//
+// The caller must hold h.mu.
+func (h *Hook) resumingSubscriberLocked(topic string) *resume {
+	if len(h.mu.resuming) == 0 {
+		return nil
+	}
+	subs := h.srv.Topics.Subscribers(topic)
+	for id := range subs.Subscriptions {
+		if r := h.mu.resuming[id]; r != nil {
+			return r
+		}
+	}
+	for _, group := range subs.Shared {
+		for id := range group {
+			if r := h.mu.resuming[id]; r != nil {
+				return r
+			}
+		}
+	}
+	return nil
+}
+
+// awaitResume waits until r's connection is in mochi's client map
+// (OnSessionEstablished), closed, or fanoutWait passed (then it gives r
+// up: a CONNACK or resend that failed calls no event). A publish
+// acknowledged while a session is being resumed (after awaitFanouts) had
+// its fan-out take the old client object from mochi's map and set the
+// message inflight on it after mochi cloned that object into the new one:
+// the message was never sent (nor stored under a packet ID of the new
+// connection's, which could take it). OnPublish waits here first, before
+// it stores the message and so before the PUBACK, for a publish to a
+// session being resumed.
+func (h *Hook) awaitResume(r *resume) {
+	t := time.NewTimer(fanoutWait)
+	defer t.Stop()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for !r.cl.Closed() {
+		select {
+		case <-r.done:
+			return
+		case <-t.C:
+			h.endResume(r.cl, r)
+			return
+		case <-tick.C:
+		}
+	}
+	h.endResume(r.cl, r)
+}
+
 // fanoutWait bounds how long a resumed session's connection waits for
-// the fan-outs in progress (awaitFanouts).
+// the fan-outs in progress (awaitFanouts), and a publish to it for its
+// resume (awaitResume).
 const fanoutWait = 2 * time.Second
 
 // awaitFanouts waits until every publish of another client between its
@@ -1159,6 +1275,11 @@ func (h *Hook) OnPublish(cl *mqtt.Client, pk packets.Packet) (packets.Packet, er
 		rel = encodeMessage(&m)
 	}
 	h.mu.Lock()
+	for r := h.resumingSubscriberLocked(pk.TopicName); r != nil; r = h.resumingSubscriberLocked(pk.TopicName) {
+		h.mu.Unlock()
+		h.awaitResume(r)
+		h.mu.Lock()
+	}
 	if old := h.mu.open[cl.ID]; old != nil {
 		h.finishLocked(old, false) // not expected: a client's packets are processed in turn
 	}

@@ -7,6 +7,7 @@ package kdbmqtt
 // directly, as a damaged store or another writer would leave them.
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -547,5 +548,181 @@ func TestMut_RetainedReferenceResolvedForItsOwnPublishOnly(t *testing.T) {
 	}
 	if v, err := ns.Get(idxRetained, retainedKey("b")); err == nil {
 		t.Errorf("the reference to a publish not stored is still stored: %q", v)
+	}
+}
+
+// Two hooks on one store each numbered their pending publishes from the
+// store's highest and kept what was stored in their own memory, so their
+// "pub" records shared keys and one overwrote the other's: acknowledged
+// messages were lost after a kill -9 (an outside tester's two servers in
+// one process on one kdb.DB). Init now refuses a second live hook on a
+// store (kdb.ErrInvalid), until the first stops; another store is not
+// held up.
+func TestHook_OneHookPerStore(t *testing.T) {
+	db, _ := memStore(t)
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	add := func(db *kdb.DB) (*mqtt.Server, *Hook, error) {
+		srv := mqtt.New(&mqtt.Options{Logger: log})
+		h := new(Hook)
+		return srv, h, srv.AddHook(h, &Options{DB: db, Server: srv})
+	}
+	srv1, _, err := add(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := add(db); !errors.Is(err, kdb.ErrInvalid) {
+		t.Fatalf("a second hook on a store whose hook is live: %v; want an error wrapping kdb.ErrInvalid", err)
+	}
+	other, _ := memStore(t)
+	srvO, _, err := add(other)
+	if err != nil {
+		t.Fatalf("a hook on another store: %v", err)
+	}
+	defer srvO.Close()
+	if err := srv1.Close(); err != nil { // stops its hook
+		t.Fatal(err)
+	}
+	srv2, h2, err := add(db)
+	if err != nil {
+		t.Fatalf("a hook on a store whose hook stopped: %v", err)
+	}
+	defer srv2.Close()
+	for i := 0; i < 2; i++ { // a refused Init releases nothing
+		if _, _, err := add(db); !errors.Is(err, kdb.ErrInvalid) {
+			t.Fatalf("hook %d while the second is live: %v; want an error wrapping kdb.ErrInvalid", 3+i, err)
+		}
+	}
+	if err := h2.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, h3, err := add(db); err != nil {
+		t.Fatalf("a hook after the second stopped: %v", err)
+	} else if err := h3.Stop(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestMut_QoS2PublishStoresItsPubrec guards OnPublish's PUBREC record
+// (hook.go, "tx.Put(idxInflight, ikey, rel)"): an inbound QoS 2 PUBLISH
+// stores, with its pending record, the PUBREC state of its packet ID,
+// which mochi loads at a restart; without it the publisher's resend of
+// the PUBLISH (DUP, same packet ID) after a restart is a new message,
+// delivered a second time.
+func TestMut_QoS2PublishStoresItsPubrec(t *testing.T) {
+	db, ns := memStore(t)
+	if err := ns.Update(func(tx *kdb.Txn) error {
+		return tx.Put(idxClients, clientKey("pub"), marshal(&storage.Client{ID: "pub", T: storage.ClientKey}))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	h := initTestHook(t, db)
+	cl := h.srv.NewClient(nil, "test", "pub", false)
+	pk := packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 2},
+		TopicName: "q/2", Payload: []byte("once"), PacketID: 7, Origin: "pub", Created: time.Now().Unix()}
+	pkx, err := h.OnPublish(cl, pk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.OnPublished(cl, pkx) // no subscriber: the fan-out removes the pending record only
+	if err := h.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	h2 := initTestHook(t, db) // the restart
+	defer h2.Stop()
+	if len(h2.replay) != 0 {
+		t.Fatalf("published again after the restart: %+v; want nothing (the fan-out was committed)", h2.replay)
+	}
+	got, err := h2.StoredInflightMessages()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Client != "pub" || got[0].PacketID != 7 || got[0].FixedHeader.Type != packets.Pubrec {
+		t.Fatalf("inflight after the restart: %+v; want pub's PUBREC state of packet 7", got)
+	}
+}
+
+// TestMut_V311CleanSessionTakenOverIsReset guards OnSessionEstablish's
+// reset of an MQTT 3.1.1 clean session (hook.go, "old.Properties.Clean &&
+// old.Properties.ProtocolVersion < 5"): mochi discards a live 3.1.1 clean
+// session taken over even by a connection without clean session
+// (inheritClientSession), so the stored subscriptions and inflight
+// messages go in the commit of the new session record; an MQTT 5 session
+// with clean start is resumed, and keeps them.
+func TestMut_V311CleanSessionTakenOverIsReset(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		old   byte // the live session's protocol version (clean set)
+		reset bool
+	}{
+		{"3.1.1 clean session", 4, true},
+		{"5 clean start", 5, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			db, ns := memStore(t)
+			m := storage.Message{T: storage.InflightKey, Client: "c", TopicName: "x", PacketID: 3, Payload: []byte("p"),
+				FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1}}
+			b := ns.NewBatch()
+			b.Put(idxClients, clientKey("c"), marshal(&storage.Client{ID: "c", T: storage.ClientKey}))
+			b.Put(idxSubs, subKey("c", "a/#"), marshal(storage.Subscription{ID: "c:a/#", T: storage.SubscriptionKey, Client: "c", Filter: "a/#", Qos: 1}))
+			b.Put(idxInflight, inflightKey("c", 3), encodeMessage(&m))
+			if err := db.Write(b); err != nil {
+				t.Fatal(err)
+			}
+			h := initTestHook(t, db)
+			defer h.Stop()
+			old := h.srv.NewClient(nil, "test", "c", false)
+			old.Properties.Clean, old.Properties.ProtocolVersion = true, tc.old
+			h.srv.Clients.Add(old)
+			cl := h.srv.NewClient(nil, "test", "c", false)
+			cl.Properties.ProtocolVersion = tc.old
+			h.OnSessionEstablish(cl, packets.Packet{FixedHeader: packets.FixedHeader{Type: packets.Connect},
+				ProtocolVersion: tc.old, Connect: packets.ConnectParams{ClientIdentifier: "c"}})
+			h.mu.Lock()
+			c := h.mu.last["c"].c
+			h.mu.Unlock()
+			if c == nil {
+				t.Fatal("OnSessionEstablish wrote nothing for the CONNACK to wait for")
+			}
+			if err := c.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range []struct {
+				index string
+				key   []byte
+			}{{idxSubs, subKey("c", "a/#")}, {idxInflight, inflightKey("c", 3)}} {
+				if _, err := ns.Get(k.index, k.key); tc.reset != errors.Is(err, kdb.ErrNotFound) {
+					t.Errorf("%s %q after the takeover: %v; want removed: %v", k.index, k.key, err, tc.reset)
+				}
+			}
+		})
+	}
+}
+
+// TestMut_RetainedExpiredRemoved guards OnRetainedExpired's removal
+// (hook.go): a retained message whose expiry interval passed is removed
+// from the store, so that a restart does not retain it again.
+func TestMut_RetainedExpiredRemoved(t *testing.T) {
+	db, ns := memStore(t)
+	ret := func(topic string) []byte {
+		m := storage.Message{T: storage.RetainedKey, Client: "pub", Origin: "pub", TopicName: topic, Payload: []byte("v"),
+			FixedHeader: packets.FixedHeader{Type: packets.Publish, Qos: 1, Retain: true}}
+		return encodeMessage(&m)
+	}
+	b := ns.NewBatch()
+	b.Put(idxRetained, retainedKey("r/1"), ret("r/1"))
+	b.Put(idxRetained, retainedKey("r/2"), ret("r/2"))
+	if err := db.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	h := initTestHook(t, db)
+	h.OnRetainedExpired("r/1")
+	if err := h.Stop(); err != nil { // waits for the commits in flight
+		t.Fatal(err)
+	}
+	if v, err := ns.Get(idxRetained, retainedKey("r/1")); !errors.Is(err, kdb.ErrNotFound) {
+		t.Errorf("the expired retained message: %q, %v; want it removed", v, err)
+	}
+	if _, err := ns.Get(idxRetained, retainedKey("r/2")); err != nil {
+		t.Errorf("another retained message: %v", err)
 	}
 }

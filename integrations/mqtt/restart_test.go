@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"testing"
 	"time"
 
@@ -195,4 +196,69 @@ func startInProcAuth(t testing.TB, dir string, auth mqtt.Hook) *inproc {
 		t.Fatal(err)
 	}
 	return serveInProc(t, db, srv)
+}
+
+// TestRestart_PublishWhileSessionResumes: a QoS 1 message published to a
+// persistent session while the session's connection is being resumed
+// (after the hook's OnSessionEstablish, before mochi put the new client
+// object in its map) had its fan-out take the old client object, which
+// mochi then cloned into the new one before the message was set on it:
+// acknowledged to its publisher, it was never sent (an outside tester's
+// kill -9 campaign: an online subscriber reconnecting right after each
+// restart while publishers published lost the first message of a round).
+// A hook after the kdb hook here widens the resume by 300 ms and the
+// publish is made in it, its hand-off delayed 500 ms (slowDelivery) so
+// that it lands after the clone. The hook now holds such a publish in
+// OnPublish until the resume is done (OnSessionEstablished).
+func TestRestart_PublishWhileSessionResumes(t *testing.T) {
+	slow := &slowDelivery{topic: "rsw/slow", delay: 500 * time.Millisecond}
+	b := startInProcAuth(t, t.TempDir(), slow)
+	s := mustDial(t, b.addr, connOpts{id: "rsw-sub", cleanStart: true, expiry: 3600})
+	s.subscribe(t, 1, "rsw/#")
+	s.close()
+	pub := mustDial(t, b.addr, connOpts{id: "rsw-pub", cleanStart: true})
+	gate := &slowEstablish{id: "rsw-sub", delay: 300 * time.Millisecond, entered: make(chan struct{})}
+	if err := b.srv.AddHook(gate, nil); err != nil { // after the kdb hook
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pubErr := make(chan error, 1)
+	go func() {
+		<-gate.entered
+		pubErr <- pub.publish(ctx, "rsw/slow", 1, false, []byte("slow"))
+	}()
+	s = mustDial(t, b.addr, connOpts{id: "rsw-sub", expiry: 3600})
+	if !s.connack.SessionPresent {
+		t.Fatal("the persistent session is gone")
+	}
+	if err := <-pubErr; err != nil {
+		t.Fatal(err)
+	}
+	if got := countPayloads(s.waitQuiet(1, 300*time.Millisecond, 5*time.Second)); got["slow"] == 0 {
+		t.Error("a message acknowledged to its publisher while the session was being resumed was not delivered to it")
+	}
+}
+
+// slowEstablish delays the OnSessionEstablish of client id once, after
+// closing entered.
+type slowEstablish struct {
+	mqtt.HookBase
+	id      string
+	delay   time.Duration
+	entered chan struct{}
+	once    sync.Once
+}
+
+func (h *slowEstablish) ID() string { return "slow-establish" }
+
+func (h *slowEstablish) Provides(b byte) bool { return b == mqtt.OnSessionEstablish }
+
+func (h *slowEstablish) OnSessionEstablish(cl *mqtt.Client, _ packets.Packet) {
+	if cl.ID == h.id {
+		h.once.Do(func() {
+			close(h.entered)
+			time.Sleep(h.delay)
+		})
+	}
 }
