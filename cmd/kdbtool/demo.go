@@ -133,6 +133,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if err := copyDir(dir, scanDir); err != nil {
 		return fail("copying the crashed store: ", err, exitIO)
 	}
+	if testHookDemoCopied != nil {
+		testHookDemoCopied(scanDir)
+	}
 
 	trusted, missing, err := demoReopen(dir, false, kill.acked)
 	if err != nil {
@@ -144,7 +147,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	}
 	if *asJSON {
 		out := map[string]any{
-			"dir": dir, "killed_after": kill.after.String(), "acknowledged_keys": len(kill.acked),
+			"dir": dir, "seed": seed, "kill_delay": demoKillDelay(seed).String(),
+			"killed_after": kill.after.String(), "acknowledged_keys": len(kill.acked),
 			"missing_keys": missing + missingScan, "trusted": reportJSON(trusted), "scanned": reportJSON(scanned),
 		}
 		enc := json.NewEncoder(stdout)
@@ -253,7 +257,6 @@ func runAndKill(dir string, sizeMiB int, seed uint64, stderr io.Writer, say func
 	if err := cmd.Start(); err != nil {
 		return killInfo{}, err
 	}
-	rng := rand.New(rand.NewPCG(seed, 1))
 	var (
 		info    killInfo
 		mu      sync.Mutex
@@ -283,8 +286,8 @@ func runAndKill(dir string, sizeMiB int, seed uint64, stderr io.Writer, say func
 		_ = cmd.Wait()
 		return info, fmt.Errorf("the writer exited before building the store")
 	}
-	say("  built in %v; writing on", time.Since(start).Round(time.Millisecond))
-	time.Sleep(time.Duration(200+rng.IntN(1500)) * time.Millisecond)
+	say("  built in %v; writing on for %v (seed %d)", time.Since(start).Round(time.Millisecond), demoKillDelay(seed), seed)
+	time.Sleep(demoKillDelay(seed))
 	info.after = time.Since(start).Round(time.Millisecond)
 	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		return info, err
@@ -294,6 +297,19 @@ func runAndKill(dir string, sizeMiB int, seed uint64, stderr io.Writer, say func
 	say("  writer SIGKILLed after %v, with %d keys acknowledged", info.after, len(info.acked))
 	return info, nil
 }
+
+// demoKillDelay is how long the demo lets its writer go on once the store
+// is built before it kills it: 200 ms to 1.7 s, drawn from seed, so that
+// one seed gives one kill moment.
+func demoKillDelay(seed uint64) time.Duration {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	return time.Duration(200+rng.IntN(1500)) * time.Millisecond
+}
+
+// testHookDemoCopied, if set (by tests only: TestMain sets it in a child),
+// is called once the crashed store has been copied to scanDir, before
+// either copy is reopened.
+var testHookDemoCopied func(scanDir string)
 
 // demoReopen opens the crashed store (recovery runs), checks that every
 // acknowledged key is there, and closes it.

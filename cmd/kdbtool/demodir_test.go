@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -158,5 +159,48 @@ func TestDemo_HelpShowsARandomSeed(t *testing.T) {
 	}
 	if code, _, stderr := runTool(t, "demo", "-seed", "42", "-size-mib", "0"); code != exitUsage || !strings.Contains(stderr, "--size-mib 0") {
 		t.Errorf("demo -seed 42 -size-mib 0: exit %d, stderr %q; want the seed taken and -size-mib refused", code, stderr)
+	}
+}
+
+// TestDemo_SeedMakesTheKillMomentReproducible: -seed N sets how long the
+// writer goes on once the store is built before it is killed
+// (demoKillDelay, drawn from the seed alone: every run with one seed waits
+// as long); the demo reports the seed and that wait. -seed was once taken
+// and then not used.
+func TestDemo_SeedMakesTheKillMomentReproducible(t *testing.T) {
+	t.Parallel()
+	const seed = 39 // a wait of 214 ms: a quick test
+	if a, b := demoKillDelay(seed), demoKillDelay(seed); a != b || a == demoKillDelay(seed+1) {
+		t.Fatalf("demoKillDelay(%d): %v then %v, and %v for seed %d: want one wait per seed", seed, a, b, demoKillDelay(seed+1), seed+1)
+	}
+	dir := filepath.Join(t.TempDir(), "d")
+	code, stdout, stderr := runChildTimeout(t, 2*time.Minute, "demo", "-size-mib", "1", "-seed", "39", "-json", dir)
+	var m map[string]any
+	if err := json.Unmarshal([]byte(stdout), &m); err != nil || code != exitOK {
+		t.Fatalf("demo: exit %d, %v\nstdout %s\nstderr %s", code, err, stdout, stderr)
+	}
+	if want := demoKillDelay(seed).String(); m["seed"] != float64(seed) || m["kill_delay"] != want {
+		t.Errorf("demo -seed %d: seed %v, kill_delay %v; want %d and %s", seed, m["seed"], m["kill_delay"], seed, want)
+	}
+}
+
+// TestDemo_KeysMissingAfterTheScanIsExit1: a key acknowledged by the
+// writer and missing after the forced-scan reopen (here the test empties
+// that copy) fails the demo (exit 1), as one missing after the trusted
+// reopen does.
+func TestDemo_KeysMissingAfterTheScanIsExit1(t *testing.T) {
+	t.Parallel()
+	dir := filepath.Join(t.TempDir(), "d")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], "demo", "-size-mib", "1", "-seed", "39", dir)
+	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1", "KDBTOOL_TEST_DEMO_LOSE_SCAN=1")
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitProblems || !strings.Contains(errb.String(), "acknowledged keys are missing") ||
+		!strings.Contains(out.String(), "missing: 0 (trusted) and ") || strings.Contains(out.String(), "and 0 (scan)") {
+		t.Fatalf("demo with the scan copy emptied: %v; want exit 1 and its keys missing (scan)\nstdout %s\nstderr %s", err, out.String(), errb.String())
 	}
 }

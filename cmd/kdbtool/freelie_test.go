@@ -195,3 +195,21 @@ func TestFreeListLie_BeyondCutEnd(t *testing.T) {
 		t.Errorf("inspect: exit %d, want 1 saying the listed pages are beyond the end of db.data:\n%s", code, out)
 	}
 }
+
+// TestFreeListLie_LiveAndDamagedPagesIsAnError: a db.free that lists a
+// damaged page and live pages too is a lie about pages in use, an error
+// (exit 1), not the warning that a list of damaged pages only gets.
+func TestFreeListLie_LiveAndDamagedPagesIsAnError(t *testing.T) {
+	t.Parallel()
+	dir, _ := storeWithDamagedFreePage(t)
+	lieFreeFile(t, dir)
+	code, m := runJSON(t, "inspect", "--json", dir)
+	lies, damaged := jget(t, m, "free_list.lied_pages").(float64), jget(t, m, "free_list.damaged_lied_pages").(float64)
+	if damaged == 0 || lies <= damaged {
+		t.Fatalf("inspect: %v lied pages, %v of them damaged: the test needs both damaged and live ones", lies, damaged)
+	}
+	ps := problemsOf(t, m, "problems")
+	if code != exitProblems || !hasProblem(ps, "error free_list", "") || hasProblem(ps, "warning free_list", "damaged pages") {
+		t.Fatalf("inspect: exit %d, problems %q; want exit 1 and a free_list error", code, ps)
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/kdb-project/kdb"
 )
 
 // pausedSaving is what a child with KDBTOOL_TEST_PAUSE_SAVE=1 prints on
@@ -25,6 +28,24 @@ func TestMain(m *testing.M) {
 		if n, err := strconv.ParseUint(os.Getenv("KDBTOOL_TEST_NOFILE"), 10, 64); err == nil {
 			if err := syscall.Setrlimit(syscall.RLIMIT_NOFILE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
 				os.Exit(99)
+			}
+		}
+		// KDBTOOL_TEST_FSIZE=N: no file may grow past N bytes (a write
+		// past it fails with EFBIG, as on a full disk; Go ignores SIGXFSZ).
+		if n, err := strconv.ParseUint(os.Getenv("KDBTOOL_TEST_FSIZE"), 10, 64); err == nil {
+			if err := syscall.Setrlimit(syscall.RLIMIT_FSIZE, &syscall.Rlimit{Cur: n, Max: n}); err != nil {
+				os.Exit(99)
+			}
+		}
+		// KDBTOOL_TEST_DEMO_LOSE_SCAN=1: once the demo has copied the
+		// crashed store, delete every key of the copy (the one its forced
+		// scan reopens), as if that recovery lost them.
+		if os.Getenv("KDBTOOL_TEST_DEMO_LOSE_SCAN") == "1" {
+			testHookDemoCopied = func(scanDir string) {
+				if err := deleteIndex(scanDir, "demo"); err != nil {
+					fmt.Fprintf(os.Stderr, "test: emptying %s: %v\n", scanDir, err)
+					os.Exit(97)
+				}
 			}
 		}
 		// KDBTOOL_TEST_PAUSE_SAVE=1: stop in the middle of saving a
@@ -69,4 +90,27 @@ func TestMain(m *testing.M) {
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	os.Exit(m.Run())
+}
+
+// deleteIndex deletes every key of index in the store at dir.
+func deleteIndex(dir, index string) error {
+	db, err := kdb.Open(dir, nil)
+	if err != nil {
+		return err
+	}
+	b := kdb.NewBatch()
+	err = db.View(func(s *kdb.Snapshot) error {
+		it := s.Iter(index)
+		for k := range it.All() {
+			b.Delete(index, bytes.Clone(k))
+		}
+		return it.Err()
+	})
+	if err == nil {
+		err = db.Write(b)
+	}
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

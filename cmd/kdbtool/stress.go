@@ -36,28 +36,35 @@ func init() {
 	})
 }
 
-// ackedBeforeOpen returns what verify reads of its list of keys f: a
-// regular file up to its present size (grown then reports whether the file
-// has grown since, so that a last line cut at that size is skipped), else
-// everything up to the end, read now.
-func ackedBeforeOpen(f *os.File) (in io.Reader, grown func() bool, err error) {
+// ackedBeforeOpen returns what verify reads of its list of keys f, and the
+// split function that cuts it into lines: a regular file is read up to its
+// present size, and a last line cut at that size (no newline) is skipped if
+// the file has grown since (being written then: not acknowledged yet); any
+// other file is read to its end now.
+func ackedBeforeOpen(f *os.File) (in io.Reader, split bufio.SplitFunc, err error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, nil, err
 	}
-	if st.Mode().IsRegular() {
-		size := st.Size()
-		grown = func() bool {
-			now, err := f.Stat()
-			return err == nil && now.Size() > size
+	if !st.Mode().IsRegular() {
+		b, err := io.ReadAll(f)
+		if err != nil {
+			return nil, nil, err
 		}
-		return io.LimitReader(f, size), grown, nil
+		return bytes.NewReader(b), bufio.ScanLines, nil
 	}
-	b, err := io.ReadAll(f)
-	if err != nil {
-		return nil, nil, err
+	size := st.Size()
+	grown := func() bool {
+		now, err := f.Stat()
+		return err == nil && now.Size() > size
 	}
-	return bytes.NewReader(b), func() bool { return false }, nil
+	split = func(data []byte, atEOF bool) (int, []byte, error) {
+		if atEOF && len(data) > 0 && bytes.IndexByte(data, '\n') < 0 && grown() {
+			return len(data), nil, nil // being written when verify began: not acknowledged then
+		}
+		return bufio.ScanLines(data, atEOF)
+	}
+	return io.LimitReader(f, size), split, nil
 }
 
 // stressValue is the value stress writes under key: size bytes derived
@@ -317,18 +324,13 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	// file is read up to the size it has now (a last line still being
 	// written then is skipped); a pipe (stress | verify --acked -, a FIFO)
 	// is read to its end first.
-	in, grown, err := ackedBeforeOpen(f)
+	in, split, err := ackedBeforeOpen(f)
 	if err != nil {
 		return failed(stdout, stderr, "verify", *asJSON, "reading "+*ackedPath+": ", err, exitIO)
 	}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 64<<10), kdb.MaxKeySize*4)
-	sc.Split(func(data []byte, atEOF bool) (int, []byte, error) {
-		if atEOF && len(data) > 0 && bytes.IndexByte(data, '\n') < 0 && grown() {
-			return len(data), nil, nil // being written when verify began: not acknowledged then
-		}
-		return bufio.ScanLines(data, atEOF)
-	})
+	sc.Split(split)
 	// nextKey returns the next key of the list ("" at its end).
 	nextKey := func() string {
 		for sc.Scan() {

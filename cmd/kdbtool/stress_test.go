@@ -2,12 +2,15 @@ package main
 
 import (
 	"bufio"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/kdb-project/kdb"
 )
 
 func TestStress_VerifyRoundTrip(t *testing.T) {
@@ -167,5 +170,60 @@ func TestStress_BoundsBytesInFlight(t *testing.T) {
 	code, _, errs = runTool(t, "stress", "--writers", "128", "--size", "8388608", "--count", "1", dir)
 	if code != exitOK {
 		t.Fatalf("stress --writers 128 --size 8 MiB (1 GiB in flight): exit %d: %s", code, errs)
+	}
+}
+
+// TestVerify_WrongValueIsReported: a key that reads back, but not with the
+// value stress wrote under it, is a wrong value (exit 1, named), not intact.
+func TestVerify_WrongValueIsReported(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	code, out, errs := runTool(t, "stress", "--size", "100", "--writers", "2", "--count", "20", dir)
+	if code != exitOK {
+		t.Fatalf("stress: exit %d: %s", code, errs)
+	}
+	keys := strings.Fields(out)
+	acked := filepath.Join(t.TempDir(), "acked")
+	if err := os.WriteFile(acked, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	db, err := kdb.Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wrong := stressValue(keys[3], 100)
+	wrong[50] ^= 1 // the right size, one bit off
+	if err := db.Put("stress", []byte(keys[3]), wrong); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, m := runJSON(t, "verify", "--json", "--acked", acked, dir)
+	mism, _ := m["mismatched"].([]any)
+	if code != exitProblems || m["ok"] != false || len(mism) != 1 || mism[0] != keys[3] {
+		t.Fatalf("verify: exit %d, %v; want exit 1 and %s mismatched", code, m, keys[3])
+	}
+	code, vout, _ := runTool(t, "verify", "--acked", acked, dir)
+	if code != exitProblems || !strings.Contains(vout, "wrong value: "+keys[3]+"\n") || !strings.Contains(vout, "20 keys checked, 0 missing, 1 with a wrong value") {
+		t.Fatalf("verify: exit %d\n%s", code, vout)
+	}
+}
+
+// TestStress_FailedWritesAreNotExit0: stress whose writes fail (here the
+// file size limit, as a full disk: the checkpoints of its close cannot
+// write db.redo) says so and exits 3, never 0: a crash test whose store
+// could not take the writes must not pass.
+func TestStress_FailedWritesAreNotExit0(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0], "stress", "--count", "2000", "--size", "400", "--segment-size", "65536", dir)
+	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1", "KDBTOOL_TEST_FSIZE=102400")
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitIO || !strings.Contains(errb.String(), "file too large") {
+		t.Fatalf("stress with files limited to 100 KiB: %v, stderr %q; want exit %d saying the file is too large", err, errb.String(), exitIO)
 	}
 }
