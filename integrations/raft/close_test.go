@@ -2,7 +2,10 @@ package raftkdb
 
 import (
 	"errors"
+	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 	"github.com/kdb-project/kdb"
@@ -188,4 +191,65 @@ func TestStore_OneStorePerNamespace(t *testing.T) {
 		t.Fatalf("a Store of another kdb store: %v", err)
 	}
 	s3.Close()
+}
+
+// TestStore_CloseWaitsForSet: Close waits for a Set in progress, as it does
+// for StoreLogs and DeleteRange. A Set that had passed its closed check
+// wrote after Close returned, so that on a Store made by New the closed
+// Store's SetUint64 could land after a new Store's, taking CurrentTerm back.
+// Here the Set is held inside its fsync while Close runs.
+func TestStore_CloseWaitsForSet(t *testing.T) {
+	var armed atomic.Bool
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once, unblock sync.Once
+	fs := vfs.Intercept(vfs.NewMem(), func(e vfs.Event) error {
+		if e.Op == vfs.OpSync && armed.Load() {
+			once.Do(func() { close(entered) })
+			<-release
+		}
+		return nil
+	})
+	letGo := func() { unblock.Do(func() { armed.Store(false); close(release) }) }
+	db, err := kdb.Open("/db", &kdb.Options{FS: fs, CheckpointBeforeServing: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	defer letGo() // before db.Close, which waits for the held write
+	s, err := New(db, DefaultNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	setDone := make(chan error, 1)
+	go func() { setDone <- s.SetUint64([]byte("CurrentTerm"), 1) }()
+	<-entered // the Set is writing
+	closed := make(chan error, 1)
+	go func() { closed <- s.Close() }()
+	select {
+	case err := <-closed:
+		t.Fatalf("Close returned (%v) while a Set was still writing", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	letGo()
+	if err := <-setDone; err != nil {
+		t.Fatalf("the Set Close waited for: %v", err)
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	s2, err := New(db, DefaultNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if err := s2.SetUint64([]byte("CurrentTerm"), 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SetUint64([]byte("CurrentTerm"), 1); !errors.Is(err, kdb.ErrClosed) {
+		t.Fatalf("SetUint64 on the closed Store: %v, want kdb.ErrClosed", err)
+	}
+	if v, err := s2.GetUint64([]byte("CurrentTerm")); err != nil || v != 2 {
+		t.Fatalf("the new Store's CurrentTerm: %d, %v; want 2", v, err)
+	}
 }

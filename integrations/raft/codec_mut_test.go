@@ -61,6 +61,15 @@ func TestMut_CodecRefusesMalformedBodiesWithAValidChecksum(t *testing.T) {
 		// codec.go "flags&^flagsKnown != 0": a flag this build does
 		// not know (a newer writer's field it would drop).
 		{"an unknown flag", append(header(flagData|1<<5), 3, 'a', 'b', 'c', 0)},
+		// codec.go field, "k != uvarintLen(n)": Data's length 3 in two
+		// bytes (0x83 0x00), a varint no writer makes: the same entry
+		// would have two encodings.
+		{"a length as a non-minimal varint", append(header(flagData), 0x83, 0, 'a', 'b', 'c', 0)},
+		// codec.go "AppendedAt flagged but the zero time": the flag
+		// says "not the zero time" and the 12 bytes are exactly it
+		// (appendLog never sets the flag for the zero time).
+		{"AppendedAt flagged with the zero time", append(binary.BigEndian.AppendUint32(
+			binary.BigEndian.AppendUint64(header(flagAppendedAt), uint64(time.Time{}.Unix())), 0), 0, 0)},
 	} {
 		var got raft.Log
 		if err := decodeLog(reseal(c.body), 7, &got); !errors.Is(err, ErrCorrupt) {

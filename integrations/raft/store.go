@@ -47,7 +47,8 @@ type Store struct {
 
 	// mu serialises the log's writers (StoreLogs, DeleteRange) and guards
 	// the cached bounds, which always match the durable log: they change
-	// only after a write is acknowledged.
+	// only after a write is acknowledged. Set holds it shared, so that
+	// Close (which takes it) waits for every write in progress.
 	mu          sync.RWMutex
 	empty       bool
 	first, last uint64
@@ -123,7 +124,7 @@ type claim struct {
 func (s *Store) DB() *kdb.DB { return s.db }
 
 // Close closes the kdb store if Open opened it; a Store made by New leaves
-// it open. It waits for a StoreLogs or DeleteRange in progress. From then
+// it open. It waits for a StoreLogs, DeleteRange or Set in progress. From then
 // on every method of the Store returns an error wrapping kdb.ErrClosed (a
 // second Close too).
 func (s *Store) Close() error {
@@ -434,6 +435,11 @@ func stableKey(k []byte) []byte { return append([]byte{stableVersion}, k...) }
 
 // Set stores a stable key; durable on return under the sync mode.
 func (s *Store) Set(key, val []byte) error {
+	// Held across the write so that Close waits for it: a Set that passed
+	// the closed check must not write after Close returned (a new Store on
+	// the namespace may have set the term since).
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	if s.closed.Load() {
 		return errClosed("Set")
 	}

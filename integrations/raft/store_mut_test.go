@@ -152,3 +152,81 @@ func TestMut_BoundsOfAFailedStore(t *testing.T) {
 		t.Errorf("LastIndex of a failed store: %d, nil; want its error", i)
 	}
 }
+
+// TestMut_StoreLogsSplitsAtHalfABatch guards StoreLogs' split (store.go,
+// "size+n+32 > limit"): as documented, a call is one atomic kdb write when
+// its entries, counted with 32 bytes of framing each, fit in half of
+// db.MaxBatchSize, and transactions committed in order otherwise (the
+// count is an estimate: the other half is the room it keeps). A call of
+// small entries (inline in the batch record) that takes more than half is
+// split, and every entry is stored.
+func TestMut_StoreLogsSplitsAtHalfABatch(t *testing.T) {
+	s := openMem(t, vfs.NewMem(), &kdb.Options{SegmentSize: 256 << 10})
+	defer s.Close()
+	half := s.db.MaxBatchSize() / 2
+	call := func(from uint64, counted int) (n int, writes uint64) {
+		t.Helper()
+		var logs []*raft.Log
+		size := 0
+		for i := from; ; i++ {
+			l := entry(i, 1, 40)
+			if size+encodedSize(l)+32 > counted {
+				break
+			}
+			size += encodedSize(l) + 32
+			logs = append(logs, l)
+		}
+		before := s.db.Stats().Batches
+		if err := s.StoreLogs(logs); err != nil {
+			t.Fatalf("StoreLogs of %d entries, %d bytes counted (half a batch: %d): %v", len(logs), size, half, err)
+		}
+		return len(logs), s.db.Stats().Batches - before
+	}
+	n1, w := call(1, half)
+	if w != 1 {
+		t.Errorf("a call of %d entries that fits half a batch: %d kdb writes, want 1 (atomic)", n1, w)
+	}
+	n2, w := call(uint64(n1)+1, 2*half-64)
+	if w < 2 {
+		t.Errorf("a call of %d entries that takes a whole batch: %d kdb write, want it split at half a batch", n2, w)
+	}
+	if f, l := bounds(t, s); f != 1 || l != uint64(n1+n2) {
+		t.Fatalf("first %d last %d, want 1 %d", f, l, n1+n2)
+	}
+}
+
+// TestMut_LogKeyOfTheWrongLengthLast guards loadBounds' check of the last
+// key (store.go, keyIndex of it.Last()): a log tree whose last key is not 8
+// bytes (damage, or another writer's key) is ErrCorrupt at New, not a
+// LastIndex of 0 under a first of 1.
+func TestMut_LogKeyOfTheWrongLengthLast(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := New(db, DefaultNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StoreLogs([]*raft.Log{entry(1, 1, 16), entry(2, 1, 16)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b := s.ns.NewBatch()
+	b.Put(logIndex, append(logKey(3), 0), appendLog(nil, entry(3, 1, 16)))
+	if err := db.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	s2, err := New(db, DefaultNamespace)
+	if !errors.Is(err, ErrCorrupt) {
+		var f, l uint64
+		if s2 != nil {
+			f, l = bounds(t, s2)
+			s2.Close()
+		}
+		t.Fatalf("New over a log whose last key is 9 bytes: %v (first %d last %d), want ErrCorrupt", err, f, l)
+	}
+}

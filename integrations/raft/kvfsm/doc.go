@@ -26,7 +26,10 @@
 // A snapshot that a leader installs is the exception: raft saves it before
 // it calls Restore, so a node that stops in between restarts with a
 // snapshot ahead of its FSM, which raft (NoSnapshotRestoreOnStart) takes as
-// applied. CatchUp, called before raft.NewRaft, restores such a snapshot.
+// applied. CatchUp, called before raft.NewRaft, restores such a snapshot;
+// it refuses an FSM that has applied past both the end of raft's log and
+// the newest snapshot (a log other than the one it applied: the FSM would
+// skip the new log's entries up to its applied index).
 // ApplyBatch never applies past a hole: when its first new entry is not the
 // one after the applied index, it checks in raft's log that every entry in
 // between is one raft does not hand an FSM (a no-op or a barrier), and

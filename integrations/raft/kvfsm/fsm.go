@@ -406,11 +406,21 @@ func (f *FSM) Get(key []byte) ([]byte, error) {
 // restores the newest snapshot in that case, so that the FSM covers it, and
 // reports whether it did. A snapshot that fails to restore is an error: the
 // node must not start.
+//
+// It also refuses (an error wrapping kdb.ErrInvalid) an FSM that has applied
+// past both the end of raft's log (the log Open was given) and the newest
+// snapshot: that log is not the one the FSM applied (another log store, or
+// its files lost), raft would start it again from index 1, and ApplyBatch
+// would skip every entry up to the applied index, acknowledged writes
+// included.
 func (f *FSM) CatchUp(snaps raft.SnapshotStore) (restored bool, err error) {
 	f.UseSnapshots(snaps)
 	metas, err := snaps.List()
 	if err != nil {
 		return false, fmt.Errorf("kvfsm: list snapshots: %w", err)
+	}
+	if err := f.checkLogReaches(metas); err != nil {
+		return false, err
 	}
 	if len(metas) == 0 {
 		return false, nil
@@ -432,6 +442,31 @@ func (f *FSM) CatchUp(snaps raft.SnapshotStore) (restored bool, err error) {
 	// now; raft skips the rest (no-ops, barriers) up to there.
 	f.floor.Store(m.Index)
 	return restored, nil
+}
+
+// checkLogReaches returns an error unless raft's log or the newest of
+// metas reaches the applied index: raft logs an entry before the FSM
+// applies it, and compacts only what a snapshot covers.
+func (f *FSM) checkLogReaches(metas []*raft.SnapshotMeta) error {
+	applied := f.Applied()
+	if f.log == nil || applied == 0 {
+		return nil
+	}
+	last, err := f.log.LastIndex()
+	if err != nil {
+		return fmt.Errorf("kvfsm: raft log's last index: %w", err)
+	}
+	var snap uint64
+	if len(metas) > 0 {
+		snap = metas[0].Index
+	}
+	if applied > max(last, snap) {
+		return fmt.Errorf("kvfsm: the FSM has applied up to index %d, past the end of raft's log (last index %d) and its newest snapshot (index %d): "+
+			"the log is not the one this FSM applied (another log store, or its files lost); raft would start it again and the FSM would skip "+
+			"every entry up to %d, losing writes: start the node with the log store it ran with, or remove its data to rejoin from the cluster: %w",
+			applied, last, snap, applied, kdb.ErrInvalid)
+	}
+	return nil
 }
 
 // UseSnapshots tells the FSM raft's snapshot store (CatchUp does it);

@@ -301,3 +301,52 @@ func TestFSM_GapCoveredByAnInstalledSnapshot(t *testing.T) {
 		t.Fatalf("panic %q", msg)
 	}
 }
+
+// TestFSM_CatchUpRefusesALogBehindTheFSM is a node restarted with another
+// raft log store than the one it ran with (kdb-raft-kv -store boltdb, then
+// -store kdb): the new log is empty, the FSM has applied 12 entries. raft
+// would bootstrap a log from index 1 and ApplyBatch skip every entry up to
+// 12: acknowledged writes lost. CatchUp refuses, before raft starts; a log
+// that reaches the applied index, or a snapshot that covers it, is fine.
+func TestFSM_CatchUpRefusesALogBehindTheFSM(t *testing.T) {
+	db, f := open(t, filepath.Join(t.TempDir(), "a"))
+	defer db.Close()
+	for i := uint64(1); i <= 12; i++ {
+		f.ApplyBatch([]*raft.Log{put(i, fmt.Sprintf("k%02d", i), fmt.Sprint(i))})
+	}
+	log := raft.NewInmemStore()
+	f, err := Open(db, log, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps := raft.NewInmemSnapshotStore()
+	if _, err := f.CatchUp(snaps); !errors.Is(err, kdb.ErrInvalid) || !strings.Contains(err.Error(), "applied up to index 12") {
+		t.Fatalf("CatchUp of an FSM at 12 over an empty log and no snapshot: %v, want kdb.ErrInvalid naming index 12", err)
+	}
+	// A log that ends before 12 (the new log, bootstrapped) is refused too.
+	for i := uint64(1); i <= 3; i++ {
+		if err := log.StoreLog(put(i, "x", "y")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.CatchUp(snaps); !errors.Is(err, kdb.ErrInvalid) {
+		t.Fatalf("CatchUp of an FSM at 12 over a log ending at 3: %v, want kdb.ErrInvalid", err)
+	}
+	// A snapshot at 12 covers it (raft compacted the log behind it).
+	snapshotAt(t, f, snaps, 12)
+	if restored, err := f.CatchUp(snaps); err != nil || restored {
+		t.Fatalf("CatchUp with a snapshot at the applied index: restored %v, %v", restored, err)
+	}
+	// So does a log that reaches 12, without a snapshot.
+	for i := uint64(4); i <= 12; i++ {
+		if err := log.StoreLog(put(i, "x", "y")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.CatchUp(raft.NewInmemSnapshotStore()); err != nil {
+		t.Fatalf("CatchUp with a log that reaches the applied index: %v", err)
+	}
+	if m, applied := contents(t, db); len(m) != 12 || applied != 12 {
+		t.Fatalf("state %v applied %d", m, applied)
+	}
+}

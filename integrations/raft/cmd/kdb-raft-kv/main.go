@@ -307,16 +307,7 @@ func (n *node) put(w http.ResponseWriter, req *http.Request, key, value []byte) 
 		}
 		for _, p := range n.peers {
 			if raft.ServerID(p.id) == leader {
-				freq, _ := http.NewRequest(http.MethodPut, "http://"+p.http+req.URL.Path, bytes.NewReader(value))
-				freq.Header.Set("X-Forwarded", n.id)
-				resp, err := forwardClient.Do(freq)
-				if err != nil {
-					http.Error(w, "forward to the leader: "+err.Error(), http.StatusBadGateway)
-					return
-				}
-				defer resp.Body.Close()
-				w.WriteHeader(resp.StatusCode)
-				io.Copy(w, resp.Body)
+				n.forward(w, req, p.http, value)
 				return
 			}
 		}
@@ -333,6 +324,28 @@ func (n *node) put(w http.ResponseWriter, req *http.Request, key, value []byte) 
 		return
 	}
 	fmt.Fprintf(w, "ok %d\n", f.Index())
+}
+
+// forward sends the PUT req (whose body was value) to the leader's HTTP
+// address and relays the leader's answer.
+func (n *node) forward(w http.ResponseWriter, req *http.Request, leader string, value []byte) {
+	// The path as the client escaped it: URL.Path is decoded, so a key
+	// holding '?', '#' or '%' reached the leader as another key, or as no
+	// URL at all.
+	freq, err := http.NewRequest(http.MethodPut, "http://"+leader+req.URL.EscapedPath(), bytes.NewReader(value))
+	if err != nil {
+		http.Error(w, "forward to the leader: "+err.Error(), http.StatusInternalServerError)
+		return
+	}
+	freq.Header.Set("X-Forwarded", n.id)
+	resp, err := forwardClient.Do(freq)
+	if err != nil {
+		http.Error(w, "forward to the leader: "+err.Error(), http.StatusBadGateway)
+		return
+	}
+	defer resp.Body.Close()
+	w.WriteHeader(resp.StatusCode)
+	io.Copy(w, resp.Body)
 }
 
 // Status is what GET /status answers.

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +109,108 @@ func TestNode_RestartWithSnapshotAheadOfFSM(t *testing.T) {
 	}
 	if len(missing) > 0 || n.fsm.Restores() != 1 {
 		t.Fatalf("restores %d, applied %d; missing %d keys: %v", n.fsm.Restores(), n.fsm.Applied(), len(missing), missing)
+	}
+}
+
+// TestNode_ForwardKeepsTheEscapedKey: a follower forwards a PUT to the
+// leader under the path as the client escaped it. It rebuilt the URL from
+// the decoded path, so a key holding '?', '#' or '%' was stored under
+// another key (a%3Fb as "a", c%2541 as "cA"), and a key whose decoded form
+// is no URL (%25zz) made the ignored http.NewRequest error a nil request,
+// and the handler panicked. A leader address that is no URL is a 5xx.
+func TestNode_ForwardKeepsTheEscapedKey(t *testing.T) {
+	type got struct{ key, value, from string }
+	seen := make(chan got, 1)
+	leader := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, _ := io.ReadAll(r.Body)
+		seen <- got{strings.TrimPrefix(r.URL.Path, "/kv/"), string(v), r.Header.Get("X-Forwarded")}
+		fmt.Fprintln(w, "ok 7")
+	}))
+	defer leader.Close()
+	n := &node{id: "n2"}
+	forward := func(leaderAddr, escaped string) *httptest.ResponseRecorder {
+		t.Helper()
+		rec := httptest.NewRecorder()
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Fatalf("forward of /kv/%s panicked: %v", escaped, r)
+				}
+			}()
+			n.forward(rec, httptest.NewRequest(http.MethodPut, "/kv/"+escaped, nil), leaderAddr, []byte("V-"+escaped))
+		}()
+		return rec
+	}
+	for _, c := range []struct{ escaped, key string }{
+		{"plain", "plain"}, {"a%3Fb", "a?b"}, {"x%23y", "x#y"}, {"c%2541", "c%41"}, {"%25zz", "%zz"},
+		{"a%2Fb", "a/b"}, {"sp%20ace", "sp ace"}, {"%C3%A9", "é"},
+	} {
+		rec := forward(strings.TrimPrefix(leader.URL, "http://"), c.escaped)
+		if rec.Code != http.StatusOK || rec.Body.String() != "ok 7\n" {
+			t.Errorf("PUT /kv/%s: %d %q, want the leader's 200 \"ok 7\"", c.escaped, rec.Code, rec.Body)
+			continue
+		}
+		if g := <-seen; g != (got{c.key, "V-" + c.escaped, "n2"}) {
+			t.Errorf("PUT /kv/%s reached the leader as key %q, value %q, X-Forwarded %q; want key %q", c.escaped, g.key, g.value, g.from, c.key)
+		}
+	}
+	if rec := forward("bad host:1", "k"); rec.Code < 500 {
+		t.Errorf("forward to a leader address that is no URL: %d %q, want a 5xx", rec.Code, rec.Body)
+	}
+}
+
+// TestNode_RestartWithTheOtherStoreRefused: a node restarted on its -dir
+// with the other -store (boltdb, then kdb) found an empty raft log beside
+// an FSM that had applied its entries: it bootstrapped a new log from index
+// 1 and the FSM skipped every entry up to its applied index, so PUTs were
+// answered "ok" and never applied. The node must refuse to start, and start
+// again with the store it ran with, every PUT there.
+func TestNode_RestartWithTheOtherStoreRefused(t *testing.T) {
+	ports := freePorts(t, 2)
+	peers := []peer{{"n1", fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])}}
+	dir := t.TempDir()
+	cfg := nodeConfig{dir: dir, store: "boltdb", logLevel: "error", threshold: 1 << 20, interval: time.Hour,
+		trailing: 1 << 20, fast: true}
+	n := &node{id: "n1", peers: peers}
+	if err := n.boot(cfg); err != nil {
+		t.Fatal(errors.Join(err, n.close()))
+	}
+	for deadline := time.Now().Add(10 * time.Second); n.r.State() != raft.Leader; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			n.close()
+			t.Fatal("no leader")
+		}
+	}
+	for i := range 5 {
+		if err := n.r.Apply(kvfsm.EncodePut(fmt.Appendf(nil, "k%d", i), []byte("v")), 5*time.Second).Error(); err != nil {
+			n.close()
+			t.Fatal(err)
+		}
+	}
+	applied := n.fsm.Applied()
+	if err := n.close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.store = "kdb"
+	n = &node{id: "n1", peers: peers}
+	err := n.boot(cfg)
+	if cerr := n.close(); cerr != nil {
+		t.Fatal(cerr)
+	}
+	if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("applied up to index %d", applied)) {
+		t.Fatalf("restart with -store kdb after -store boltdb (FSM applied %d): %v, want a refusal naming the applied index", applied, err)
+	}
+	cfg.store = "boltdb"
+	n = &node{id: "n1", peers: peers}
+	if err := n.boot(cfg); err != nil {
+		t.Fatal(errors.Join(err, n.close()))
+	}
+	defer func() {
+		if err := n.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if v, err := n.fsm.Get([]byte("k4")); err != nil || string(v) != "v" {
+		t.Fatalf("back on -store boltdb: k4 %q, %v", v, err)
 	}
 }
