@@ -350,7 +350,7 @@ m foreign-segment-replayed journal/format.go \
   'if h.store == ([16]byte{}) || want == ([16]byte{}) || h.store == want {' 'if true {' \
   '.' "a journal segment copied in from another store (its records verify with its own seed) is replayed as this store's: half the store's acknowledged keys gone, the other's in their place, check ok"
 m writable-open-over-newer-root pagefile/open.go \
-  '	if err != nil || h.checkpoint <= meta.Seq {' '	if true {' \
+  '	if err != nil || h.checkpoint <= meta.Seq {' '	if err != nil || h.checkpoint <= meta.Seq || true {' \
   '.' "a writable open under an older meta whose index root a lost checkpoint rewrote goes on with a tree the meta does not describe: its pages taken for free ones, leaked, or allocated over past the meta's page count"
 m repair-applied-despite-unfixable cmd/kdbtool/repair.go \
   'if !apply || len(out.Unfixable) > 0 || len(out.Actions) == 0 {' 'if !apply || len(out.Actions) == 0 {' \
