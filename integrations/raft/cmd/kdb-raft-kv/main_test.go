@@ -55,16 +55,7 @@ func TestNode_RestartWithSnapshotAheadOfFSM(t *testing.T) {
 	key := func(i int) []byte { return fmt.Appendf(nil, "k%02d", i) }
 	session := func(from, to int, snapshot bool) *node {
 		t.Helper()
-		n := &node{id: "n1", peers: peers}
-		if err := n.boot(cfg); err != nil {
-			t.Fatal(errors.Join(err, n.close()))
-		}
-		for deadline := time.Now().Add(10 * time.Second); n.r.State() != raft.Leader; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				n.close()
-				t.Fatal("no leader")
-			}
-		}
+		n := bootLeader(t, cfg, peers)
 		for i := from; i <= to; i++ {
 			if err := n.r.Apply(kvfsm.EncodePut(key(i), key(i)), 5*time.Second).Error(); err != nil {
 				n.close()
@@ -171,16 +162,7 @@ func TestNode_RestartWithTheOtherStoreRefused(t *testing.T) {
 	dir := t.TempDir()
 	cfg := nodeConfig{dir: dir, store: "boltdb", logLevel: "error", threshold: 1 << 20, interval: time.Hour,
 		trailing: 1 << 20, fast: true}
-	n := &node{id: "n1", peers: peers}
-	if err := n.boot(cfg); err != nil {
-		t.Fatal(errors.Join(err, n.close()))
-	}
-	for deadline := time.Now().Add(10 * time.Second); n.r.State() != raft.Leader; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			n.close()
-			t.Fatal("no leader")
-		}
-	}
+	n := bootLeader(t, cfg, peers)
 	for i := range 5 {
 		if err := n.r.Apply(kvfsm.EncodePut(fmt.Appendf(nil, "k%d", i), []byte("v")), 5*time.Second).Error(); err != nil {
 			n.close()
@@ -213,4 +195,21 @@ func TestNode_RestartWithTheOtherStoreRefused(t *testing.T) {
 	if v, err := n.fsm.Get([]byte("k4")); err != nil || string(v) != "v" {
 		t.Fatalf("back on -store boltdb: k4 %q, %v", v, err)
 	}
+}
+
+// bootLeader boots node n1 of peers (a cluster of one) with cfg and waits
+// until it leads.
+func bootLeader(t *testing.T, cfg nodeConfig, peers []peer) *node {
+	t.Helper()
+	n := &node{id: "n1", peers: peers}
+	if err := n.boot(cfg); err != nil {
+		t.Fatal(errors.Join(err, n.close()))
+	}
+	for deadline := time.Now().Add(10 * time.Second); n.r.State() != raft.Leader; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			n.close()
+			t.Fatal("no leader")
+		}
+	}
+	return n
 }
