@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/kdb-project/kdb"
@@ -163,7 +165,7 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 			return out, false, err
 		}
 		defer db.Close()
-		if err := exportStore(ctx, db, file, out); err != nil {
+		if err := exportStore(ctx, vfs.OS, db, file, out); err != nil {
 			return out, false, err
 		}
 		err = summarize(db, out)
@@ -225,7 +227,7 @@ func linkTarget(p string) (string, error) {
 }
 
 // exportTempPrefix is the name of file's temporary file (exportStore)
-// up to the digits os.CreateTemp appends.
+// up to the random digits createExportTemp appends.
 func exportTempPrefix(file string) string { return "." + filepath.Base(file) + ".tmp-" }
 
 // isExportTemp reports whether name is a temporary file name of an export
@@ -254,7 +256,7 @@ func removeStaleExportTemps(file string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return nil, nil // CreateTemp reports it
+			return nil, nil // createExportTemp reports it
 		}
 		return nil, err
 	}
@@ -296,28 +298,24 @@ func removeStaleExportTemps(file string) ([]string, error) {
 // export never takes it for the leftover of an interrupted one
 // (removeStaleExportTemps). Once ctx is done (SIGINT), the next write
 // fails with errInterrupted, and the temporary file is removed.
-func exportStore(ctx context.Context, db *kdb.DB, file string, out *exportOut) error {
+func exportStore(ctx context.Context, fsys vfs.FS, db *kdb.DB, file string, out *exportOut) error {
 	dir := filepath.Dir(file)
-	f, err := os.CreateTemp(dir, exportTempPrefix(file)+"*")
+	f, tmp, err := createExportTemp(fsys, file)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
-	lk, err := vfs.OS.Lock(tmp)
+	lk, err := fsys.Lock(tmp)
 	if err != nil {
 		f.Close()
-		os.Remove(tmp)
+		fsys.Remove(tmp)
 		return err
 	}
 	defer lk.Close()
-	w := io.Writer(ctxWriter{ctx, f})
+	w := io.Writer(ctxWriter{ctx, &appendWriter{f: f}})
 	if testHookExporting != nil {
 		w = &hookWriter{w: w, hook: func() { testHookExporting(ctx) }}
 	}
 	rep, err := db.Export(w)
-	if err == nil {
-		err = f.Chmod(0o600) // CreateTemp's mode; kept explicit
-	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -325,17 +323,44 @@ func exportStore(ctx context.Context, db *kdb.DB, file string, out *exportOut) e
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp, file)
+		err = fsys.Rename(tmp, file)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		fsys.Remove(tmp)
 		return err
 	}
-	if err := syncDir(dir); err != nil {
+	if err := fsys.SyncDir(dir); err != nil {
 		return fmt.Errorf("sync %s: %w", dir, err)
 	}
 	out.Trees, out.Keys, out.Bytes = rep.Trees, rep.Keys, rep.Bytes
 	return nil
+}
+
+// createExportTemp creates file's temporary file, exclusively and with mode
+// 0600: exportTempPrefix and random digits, another draw if that name is
+// taken.
+func createExportTemp(fsys vfs.FS, file string) (vfs.File, string, error) {
+	prefix := filepath.Join(filepath.Dir(file), exportTempPrefix(file))
+	for try := 0; ; try++ {
+		tmp := prefix + strconv.FormatUint(uint64(rand.Uint32()), 10)
+		f, err := fsys.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+		if errors.Is(err, os.ErrExist) && try < 100 {
+			continue
+		}
+		return f, tmp, err
+	}
+}
+
+// appendWriter writes to f, each Write after the last.
+type appendWriter struct {
+	f   vfs.File
+	off int64
+}
+
+func (a *appendWriter) Write(p []byte) (int, error) {
+	n, err := a.f.WriteAt(p, a.off)
+	a.off += int64(n)
+	return n, err
 }
 
 // testHookExporting, if set (by tests only: TestMain sets it in a child

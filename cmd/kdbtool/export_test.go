@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/broker"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // storeContent is everything export promises to carry: indexes, and the
@@ -287,5 +289,52 @@ func TestExport_ThroughASymlink(t *testing.T) {
 	}
 	if st, err := os.Lstat(toDir); err != nil || st.Mode()&os.ModeSymlink == 0 {
 		t.Errorf("the link to a directory was replaced: %v", err)
+	}
+}
+
+// TestExportStore_SyncsFileThenRenameThenDirectory: the snapshot is
+// durable when export returns: its temporary file is fsynced before the
+// rename that names it, and the directory after (a power loss could
+// otherwise leave a partial or empty snapshot under the name, or none).
+// The operations are seen through vfs.Intercept on the real file system.
+func TestExportStore_SyncsFileThenRenameThenDirectory(t *testing.T) {
+	store := makeStore(t, 50)
+	db, err := kdb.Open(store, &kdb.Options{ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	outDir := t.TempDir()
+	file := filepath.Join(outDir, "snap.kdbx")
+	var ops []string
+	fsys := vfs.Intercept(vfs.OS, func(e vfs.Event) error {
+		switch e.Op {
+		case vfs.OpSync, vfs.OpClose, vfs.OpSyncDir:
+			ops = append(ops, e.Op.String()+" "+filepath.Base(e.Path))
+		case vfs.OpRename:
+			ops = append(ops, "rename "+filepath.Base(e.Path)+" "+filepath.Base(e.NewPath))
+		}
+		return nil
+	})
+	var out exportOut
+	if err := exportStore(context.Background(), fsys, db, file, &out); err != nil {
+		t.Fatal(err)
+	}
+	if len(ops) != 4 {
+		t.Fatalf("export's syncs, close and rename: %q, want the file's sync, its close, the rename, the directory's sync", ops)
+	}
+	tmp := strings.TrimPrefix(ops[0], "sync ")
+	if want := []string{"sync " + tmp, "close " + tmp, "rename " + tmp + " snap.kdbx", "syncdir " + filepath.Base(outDir)}; !reflect.DeepEqual(ops, want) || !isExportTemp(tmp, file) {
+		t.Fatalf("export's syncs, close and rename: %q, want %q (a temporary file of the export's)", ops, want)
+	}
+	if out.Keys == 0 {
+		t.Fatalf("export reported %+v", out)
+	}
+	dst := filepath.Join(t.TempDir(), "copy")
+	if code, _, errs := runTool(t, "import", file, dst); code != 0 {
+		t.Fatalf("import of the snapshot: exit %d: %s", code, errs)
+	}
+	if got, want := storeContent(t, dst), storeContent(t, store); got != want {
+		t.Fatal("the snapshot does not import to the store it was taken of")
 	}
 }
