@@ -4,8 +4,11 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // TestOpen_NeedNamesMissingSegments: segments the caller needs
@@ -14,18 +17,13 @@ import (
 // a new segment is numbered after Need.Last.
 func TestOpen_NeedNamesMissingSegments(t *testing.T) {
 	t.Parallel()
-	fs, j, _ := build(t, Options{SegmentSize: 8 << 10}, 120)
-	mustClose(t, j)
-	ids := segmentsOf(t, fs)
-	if len(ids) < 4 {
-		t.Fatalf("%d segments, want 4 or more", len(ids))
-	}
+	fs, ids := closedSegments(t)
 	last := ids[len(ids)-1]
 	// GC removed db-1.log: not missing when the caller needs from db-2.log.
 	if err := fs.Remove(filepath.Join(testDir, ids[0].String())); err != nil {
 		t.Fatal(err)
 	}
-	j, _ = openMem(t, fs, Options{SegmentSize: 8 << 10, ReadOnly: true, Need: Need{First: 2, Last: last}})
+	j, _ := openMem(t, fs, Options{SegmentSize: 8 << 10, ReadOnly: true, Need: Need{First: 2, Last: last}})
 	mustClose(t, j)
 
 	for _, c := range []struct {
@@ -58,10 +56,12 @@ func TestOpen_NeedNamesMissingSegments(t *testing.T) {
 	mustClose(t, j)
 }
 
-func segmentsOf(t *testing.T, fs interface {
-	ReadDir(string) ([]string, error)
-}) []SegmentID {
+// closedSegments builds a closed journal of 120 batches in 8 KiB segments
+// (4 or more) and returns its file system and its segments in order.
+func closedSegments(t *testing.T) (*vfs.MemFS, []SegmentID) {
 	t.Helper()
+	fs, j, _ := build(t, Options{SegmentSize: 8 << 10}, 120)
+	mustClose(t, j)
 	names, err := fs.ReadDir(testDir)
 	if err != nil {
 		t.Fatal(err)
@@ -72,12 +72,11 @@ func segmentsOf(t *testing.T, fs interface {
 			ids = append(ids, id)
 		}
 	}
-	for i := 1; i < len(ids); i++ { // ReadDir sorts names, not numbers
-		for k := i; k > 0 && ids[k] < ids[k-1]; k-- {
-			ids[k], ids[k-1] = ids[k-1], ids[k]
-		}
+	slices.Sort(ids) // ReadDir sorts names, not numbers
+	if len(ids) < 4 {
+		t.Fatalf("%d segments, want 4 or more", len(ids))
 	}
-	return ids
+	return fs, ids
 }
 
 // TestIterate_FromAMissingSegmentIsNotFound: Iterate from a segment the
@@ -86,12 +85,7 @@ func segmentsOf(t *testing.T, fs interface {
 // a caller would take for those it asked for.
 func TestIterate_FromAMissingSegmentIsNotFound(t *testing.T) {
 	t.Parallel()
-	fs, j, _ := build(t, Options{SegmentSize: 8 << 10}, 120)
-	mustClose(t, j)
-	ids := segmentsOf(t, fs)
-	if len(ids) < 4 {
-		t.Fatalf("%d segments, want 4 or more", len(ids))
-	}
+	fs, ids := closedSegments(t)
 	mid := ids[len(ids)/2]
 	if err := fs.Remove(filepath.Join(testDir, mid.String())); err != nil {
 		t.Fatal(err)
