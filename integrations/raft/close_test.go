@@ -253,3 +253,37 @@ func TestStore_CloseWaitsForSet(t *testing.T) {
 		t.Fatalf("the new Store's CurrentTerm: %d, %v; want 2", v, err)
 	}
 }
+
+// TestStore_OwnerClosedTheDB: a Store made by New on a kdb store its owner
+// then closed answers every call with kdb.ErrClosed, FirstIndex and
+// LastIndex too (they used to return the bounds cached in memory, as if
+// the log were still there).
+func TestStore_OwnerClosedTheDB(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := New(db, DefaultNamespace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.StoreLogs([]*raft.Log{entry(5, 1, 10), entry(6, 1, 10)}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var l raft.Log
+	_, errFirst := s.FirstIndex()
+	_, errLast := s.LastIndex()
+	for name, err := range map[string]error{
+		"FirstIndex": errFirst,
+		"LastIndex":  errLast,
+		"GetLog":     s.GetLog(5, &l),
+		"StoreLogs":  s.StoreLogs([]*raft.Log{entry(7, 1, 10)}),
+	} {
+		if !errors.Is(err, kdb.ErrClosed) {
+			t.Errorf("%s after the kdb store was closed: %v, want kdb.ErrClosed", name, err)
+		}
+	}
+}

@@ -181,9 +181,19 @@ func keyIndex(k []byte) (uint64, error) {
 	return binary.BigEndian.Uint64(k), nil
 }
 
+// dbUsable returns why the kdb store cannot be read: failed, or closed by
+// its owner (a Store made by New shares it), which the bounds cached here
+// would not show. An empty View says so (ErrClosed) at the cost of a View.
+func (s *Store) dbUsable() error {
+	if err := s.db.Err(); err != nil {
+		return err
+	}
+	return s.db.View(func(*kdb.Snapshot) error { return nil })
+}
+
 // FirstIndex returns the first index written, 0 for none.
 func (s *Store) FirstIndex() (uint64, error) {
-	if err := s.db.Err(); err != nil {
+	if err := s.dbUsable(); err != nil {
 		return 0, err
 	}
 	s.mu.RLock()
@@ -196,7 +206,7 @@ func (s *Store) FirstIndex() (uint64, error) {
 
 // LastIndex returns the last index written, 0 for none.
 func (s *Store) LastIndex() (uint64, error) {
-	if err := s.db.Err(); err != nil {
+	if err := s.dbUsable(); err != nil {
 		return 0, err
 	}
 	s.mu.RLock()
