@@ -33,7 +33,7 @@ func kahaJarDir() string {
 }
 
 // ErrNoKahaDB says that Java or the ActiveMQ jars are missing.
-var ErrNoKahaDB = errors.New("peers: KahaDB needs java, javac and the ActiveMQ 5.17 jars (Debian: apt-get install default-jdk-headless libactivemq-java)")
+var ErrNoKahaDB = errors.New("peers: KahaDB needs java, javac and the ActiveMQ 5.17 jars (Debian: apt-get install openjdk-17-jdk-headless libactivemq-java)")
 
 var kaha struct {
 	once sync.Once
