@@ -181,7 +181,7 @@ func TestFlagsBadAfterDir(t *testing.T) {
 		t.Errorf("a usage error created %s: %v", dir, err)
 	}
 	// -h after DIR is help, exit 0.
-	if code, _, errs := runTool(t, "check", dir, "-h"); code != exitOK || !strings.Contains(errs, "usage: kdbtool check") {
-		t.Errorf("check DIR -h: exit %d\n%s", code, errs)
+	if code, out, _ := runTool(t, "check", dir, "-h"); code != exitOK || !strings.Contains(out, "usage: kdbtool check") {
+		t.Errorf("check DIR -h: exit %d\n%s", code, out)
 	}
 }

@@ -46,7 +46,7 @@ type checkOut struct {
 func runCheck(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("check", "DIR", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON document")
-	if code := parseFlags(fs, args); code >= 0 {
+	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
 	}
 	dir, err := oneArg(fs)

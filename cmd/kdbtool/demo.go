@@ -54,7 +54,7 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return nil
 	})
 	asJSON := fs.Bool("json", false, "print one JSON document")
-	if code := parseFlags(fs, args); code >= 0 {
+	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
 	}
 	if !seedSet {
@@ -342,7 +342,7 @@ func demoKey(k uint64) []byte { return binary.BigEndian.AppendUint64(nil, k) }
 func runDemoChild(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("demo-child", "DIR", stderr)
 	sizeMiB := fs.Int("size-mib", 256, "")
-	if code := parseFlags(fs, args); code >= 0 || fs.NArg() != 1 {
+	if code := parseFlags(fs, args, stdout); code >= 0 || fs.NArg() != 1 {
 		return exitUsage
 	}
 	if pathArg(fs, "DIR", fs.Arg(0)) != nil {

@@ -149,8 +149,8 @@ func TestDemo_RefusesAnAppIndexNamedDemo(t *testing.T) {
 // -seed as a number that changed on every call (the time of the call).
 // It says "random", and a -seed given is still taken.
 func TestDemo_HelpShowsARandomSeed(t *testing.T) {
-	_, _, first := runTool(t, "demo", "-h")
-	_, _, second := runTool(t, "demo", "-h")
+	_, first, _ := runTool(t, "demo", "-h")
+	_, second, _ := runTool(t, "demo", "-h")
 	if first != second || !strings.Contains(first, "(default random)") {
 		t.Errorf("demo -h twice:\n%s\n---\n%s\nwant the same text, the seed's default said as random", first, second)
 	}

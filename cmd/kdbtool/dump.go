@@ -22,38 +22,79 @@ func init() {
 	})
 }
 
+// The JSON document of a dump (README, "dump DIR") has every field it
+// lists, whatever the listing holds: no omitempty on them. A value or body
+// is given exactly: as text in value (body) when it is valid UTF-8, else
+// null, and always in hex in value_hex (body_hex); without --values all
+// four are null.
 type dumpKey struct {
-	Key       string `json:"key"` // the key if it is valid UTF-8, else ""
-	KeyHex    string `json:"key_hex"`
-	ValueSize int    `json:"value_size"`
-	Value     string `json:"value,omitempty"` // --values: the value, quoted as in Go if not UTF-8
-	value     []byte // --values: the value, for the human output
+	Key       string  `json:"key"` // the key if it is valid UTF-8, else ""
+	KeyHex    string  `json:"key_hex"`
+	ValueSize int     `json:"value_size"`
+	Value     *string `json:"value"`     // --values: the value if it is valid UTF-8, else null
+	ValueHex  *string `json:"value_hex"` // --values: the value in hex
+	value     []byte  // --values: the value, for the human output
 }
 
 type dumpMsg struct {
 	Seq         uint64            `json:"seq"`
 	ID          string            `json:"id"`
-	ProducerID  string            `json:"producer_id,omitempty"`
-	ProducerSeq uint64            `json:"producer_seq,omitempty"`
-	Properties  map[string]string `json:"properties,omitempty"`
+	ProducerID  string            `json:"producer_id"`
+	ProducerSeq uint64            `json:"producer_seq"`
+	Properties  map[string]string `json:"properties"` // {} when it has none
 	BodySize    int               `json:"body_size"`
-	Body        string            `json:"body,omitempty"` // --values
+	Body        *string           `json:"body"`     // --values: the body if it is valid UTF-8, else null
+	BodyHex     *string           `json:"body_hex"` // --values: the body in hex
 	body        []byte            // --values: the body, for the human output
 }
 
 type dumpOut struct {
-	Index    string    `json:"index,omitempty"`
-	NS       string    `json:"namespace,omitempty"`
+	Index    string
+	NS       string
+	Queue    string
+	Topic    string
+	Sub      string
+	Keys     []dumpKey
+	Messages []dumpMsg
+	// Next is where a following dump with --start would go on ("" or 0
+	// when the end was reached).
+	Next    string
+	NextSeq uint64
+	nextKey []byte // the key Next names, for the human output
+}
+
+// dumpIndexJSON and dumpDestJSON are the JSON documents of a dump of an
+// index and of a destination.
+type dumpIndexJSON struct {
+	Index   string    `json:"index"`
+	NS      string    `json:"namespace,omitempty"`
+	Keys    []dumpKey `json:"keys"`
+	Next    string    `json:"next"`     // the next key if it is valid UTF-8, else its hex; "" at the end
+	NextHex string    `json:"next_hex"` // the next key in hex (for --hex --start); "" at the end
+}
+
+type dumpDestJSON struct {
 	Queue    string    `json:"queue,omitempty"`
 	Topic    string    `json:"topic,omitempty"`
 	Sub      string    `json:"subscription,omitempty"`
-	Keys     []dumpKey `json:"keys,omitempty"`
-	Messages []dumpMsg `json:"messages,omitempty"`
-	// Next is where a following dump with --start would go on ("" or 0
-	// when the end was reached).
-	Next    string `json:"next,omitempty"`
-	NextSeq uint64 `json:"next_seq,omitempty"`
-	nextKey []byte // the key Next names, for the human output
+	Messages []dumpMsg `json:"messages"`
+	NextSeq  uint64    `json:"next_seq"` // 0 at the end
+}
+
+// doc returns out's JSON document.
+func (out *dumpOut) doc() any {
+	if out.Index != "" {
+		d := dumpIndexJSON{Index: out.Index, NS: out.NS, Keys: out.Keys, Next: out.Next, NextHex: hex.EncodeToString(out.nextKey)}
+		if d.Keys == nil {
+			d.Keys = []dumpKey{}
+		}
+		return d
+	}
+	d := dumpDestJSON{Queue: out.Queue, Topic: out.Topic, Sub: out.Sub, Messages: out.Messages, NextSeq: out.NextSeq}
+	if d.Messages == nil {
+		d.Messages = []dumpMsg{}
+	}
+	return d
 }
 
 func runDump(args []string, stdout, stderr io.Writer) int {
@@ -68,7 +109,7 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 	start := fs.String("start", "", "first key (index; with --hex, in hex) or first sequence number (destination)")
 	hexKeys := fs.Bool("hex", false, "print keys in hex; --start is hex")
 	values := fs.Bool("values", false, "print values and message bodies too")
-	if code := parseFlags(fs, args); code >= 0 {
+	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
 	}
 	dir, err := oneArg(fs)
@@ -134,7 +175,7 @@ func runDump(args []string, stdout, stderr io.Writer) int {
 		return failed(stdout, stderr, "dump", *asJSON, "", err, exitFor(err))
 	}
 	if *asJSON {
-		return writeJSON(stdout, out)
+		return writeJSON(stdout, out.doc())
 	}
 	printDump(stdout, out, *hexKeys, *values)
 	return exitOK
@@ -184,12 +225,15 @@ func printDump(w io.Writer, out *dumpOut, hexKeys, values bool) {
 	}
 }
 
-// printable returns b as a string if it is valid UTF-8, else Go-quoted.
-func printable(b []byte) string {
+// exactJSON returns b for the JSON output: as text if it is valid UTF-8
+// (else nil: JSON would replace the bad bytes), and in hex.
+func exactJSON(b []byte) (text, hexed *string) {
+	h := hex.EncodeToString(b)
 	if utf8.Valid(b) {
-		return string(b)
+		s := string(b)
+		return &s, &h
 	}
-	return strconv.Quote(string(b))
+	return nil, &h
 }
 
 func dumpIndex(db *kdb.DB, out *dumpOut, ns, name string, from []byte, max int, values bool) error {
@@ -231,7 +275,8 @@ func dumpIndex(db *kdb.DB, out *dumpOut, ns, name string, from []byte, max int, 
 			}
 			k.ValueSize = len(v)
 			if values {
-				k.Value, k.value = printable(v), bytes.Clone(v)
+				k.Value, k.ValueHex = exactJSON(v)
+				k.value = bytes.Clone(v)
 			}
 			out.Keys = append(out.Keys, k)
 		}
@@ -273,8 +318,12 @@ func dumpDest(db *kdb.DB, out *dumpOut, from uint64, max int, values bool) error
 			}
 			dm := dumpMsg{Seq: m.Seq, ID: m.ID, ProducerID: m.ProducerID, ProducerSeq: m.ProducerSeq,
 				Properties: m.Properties, BodySize: len(m.Body)}
+			if dm.Properties == nil {
+				dm.Properties = map[string]string{}
+			}
 			if values {
-				dm.Body, dm.body = printable(m.Body), m.Body
+				dm.Body, dm.BodyHex = exactJSON(m.Body)
+				dm.body = m.Body
 			}
 			out.Messages = append(out.Messages, dm)
 			from = m.Seq + 1

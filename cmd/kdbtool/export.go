@@ -97,10 +97,19 @@ func summarize(db *kdb.DB, out *exportOut) error {
 }
 
 func runExport(args []string, stdout, stderr io.Writer) int {
+	// ctrl-C (or SIGTERM) stops the export at its next write of the
+	// snapshot, which removes the temporary file: FILE is as it was. It is
+	// handled from the start, so that one during the checks below is too
+	// (exit 130), not the signal's default action.
+	ctx, stop := onInterrupt()
+	defer stop()
 	fs := newFlags("export", "DIR FILE", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON document")
-	if code := parseFlags(fs, args); code >= 0 {
+	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
+	}
+	if testHookFlagsParsed != nil {
+		testHookFlagsParsed()
 	}
 	if err := nArgs(fs, "DIR", "FILE"); err != nil {
 		return argsFailed(fs, stdout, err)
@@ -147,10 +156,6 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 		err = fmt.Errorf("%s is not a regular file (%s): export writes the snapshot to a new file and renames it over FILE; name a regular file or a new name", file, vfs.FileKind(st.Mode()))
 		return failed(stdout, stderr, "export", *asJSON, "", err, exitUsage)
 	}
-	// ctrl-C (or SIGTERM) stops the export at its next write of the
-	// snapshot, which removes the temporary file: FILE is as it was.
-	ctx, stop := onInterrupt()
-	defer stop()
 	stale, err := removeStaleExportTemps(file)
 	if err != nil {
 		return failed(stdout, stderr, "export", *asJSON, "", err, exitIO)
@@ -387,7 +392,7 @@ func (h *hookWriter) Write(p []byte) (int, error) {
 func runImport(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("import", "FILE DIR (FILE - for standard input)", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON document")
-	if code := parseFlags(fs, args); code >= 0 {
+	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
 	}
 	if err := nArgs(fs, "FILE", "DIR"); err != nil {

@@ -9,15 +9,27 @@ import (
 // not check's, and 'kdbtool help bogus' exited 0. help COMMAND prints the
 // command's own usage (as 'COMMAND -h'), exit 0; an unknown or hidden
 // command is exit 2, "unknown command", with the general usage.
+//
+// Help asked for ('help', 'help COMMAND', 'COMMAND -h', '-h') went to
+// stderr, so 'kdbtool help | less' showed nothing, and 'help help' was an
+// unknown command: help asked for is on stdout (stderr empty), exit 0, and
+// 'help help' is the general usage; a usage error still prints the usage
+// on stderr, exit 2.
 func TestHelp_NamesACommand(t *testing.T) {
 	for name, c := range commands {
 		if c.hidden {
 			continue
 		}
 		code, stdout, stderr := runTool(t, "help", name)
-		_, _, dashH := runTool(t, name, "-h")
-		if code != exitOK || stdout != "" || !strings.HasPrefix(stderr, "usage: kdbtool "+name+" ") || stderr != dashH {
-			t.Errorf("help %s: exit %d, stdout %q, stderr %q; want exit 0 and what %s -h prints, %q", name, code, stdout, stderr, name, dashH)
+		_, dashH, dashHErr := runTool(t, name, "-h")
+		_, dashHelp, _ := runTool(t, name, "--help")
+		if code != exitOK || stderr != "" || dashHErr != "" || !strings.HasPrefix(stdout, "usage: kdbtool "+name+" ") || stdout != dashH || stdout != dashHelp {
+			t.Errorf("help %s: exit %d, stdout %q, stderr %q; want exit 0 and on stdout what %s -h prints, %q (stderr %q)", name, code, stdout, stderr, name, dashH, dashHErr)
+		}
+		// A usage error of the command prints its usage on stderr.
+		code, stdout, stderr = runTool(t, name, "--no-such-flag")
+		if code != exitUsage || stdout != "" || !strings.Contains(stderr, "usage: kdbtool "+name+" ") {
+			t.Errorf("%s --no-such-flag: exit %d, stdout %q, stderr %q; want exit 2 and the usage on stderr", name, code, stdout, stderr)
 		}
 	}
 	for _, args := range [][]string{{"help", "bogus"}, {"help", "demo-child"}, {"help", "check", "inspect"}} {
@@ -30,8 +42,10 @@ func TestHelp_NamesACommand(t *testing.T) {
 			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 2 saying %q, then the usage", args, code, stdout, stderr, want)
 		}
 	}
-	if code, _, stderr := runTool(t, "help"); code != exitOK || !strings.HasPrefix(stderr, "usage: kdbtool <command>") {
-		t.Errorf("help: exit %d, stderr %q; want exit 0 and the general usage", code, stderr)
+	for _, args := range [][]string{{"help"}, {"help", "help"}, {"-h"}, {"--help"}} {
+		if code, stdout, stderr := runTool(t, args...); code != exitOK || !strings.HasPrefix(stdout, "usage: kdbtool <command>") || stderr != "" {
+			t.Errorf("%q: exit %d, stdout %q, stderr %q; want exit 0 and the general usage on stdout", args, code, stdout, stderr)
+		}
 	}
 }
 

@@ -197,7 +197,7 @@ type problem struct {
 func runInspect(args []string, stdout, stderr io.Writer) int {
 	fs := newFlags("inspect", "DIR", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON document")
-	if code := parseFlags(fs, args); code >= 0 {
+	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
 	}
 	dir, err := oneArg(fs)

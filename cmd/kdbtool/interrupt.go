@@ -62,3 +62,9 @@ func (c ctxReader) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// testHookFlagsParsed, if set (by tests only: TestMain sets it in a child
+// process), is called by export and stress once their flags are parsed,
+// before their checks: a signal sent while it runs must be handled as one
+// during the run.
+var testHookFlagsParsed func()

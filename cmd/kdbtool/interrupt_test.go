@@ -102,3 +102,63 @@ func TestImport_InterruptRemovesItsTemp(t *testing.T) {
 		t.Errorf("an interrupted import left %v", left)
 	}
 }
+
+// pausedFlags is what a child with KDBTOOL_TEST_PAUSE_FLAGS=1 prints on
+// stderr once export or stress has parsed its flags; it goes on when its
+// stdin is closed.
+const pausedFlags = "test: paused after the flags"
+
+// TestInterrupt_DuringTheChecks: export and stress handled SIGINT and
+// SIGTERM only once their arguments were checked (stress: once the store
+// was open), so a signal in their first moments killed them (exit 143 for
+// SIGTERM) instead of the documented stop. One sent right after the flags
+// are parsed is handled: export removes what it made and exits 130,
+// stress writes nothing more and reports "interrupted": true (exit 0).
+func TestInterrupt_DuringTheChecks(t *testing.T) {
+	t.Parallel()
+	src := makeStore(t, 100)
+	for _, sig := range interruptSignals(t) {
+		out := t.TempDir()
+		file := filepath.Join(out, "snap.kdbx")
+		for _, args := range [][]string{{"export", src, file}, {"stress", "--json", "--count", "0", filepath.Join(out, "st")}} {
+			cmd := exec.Command(os.Args[0], args...)
+			cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1", "KDBTOOL_TEST_PAUSE_FLAGS=1", "KDBTOOL_TEST_PAUSE_EXPORT=1")
+			stdin, err := cmd.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			stderr, err := cmd.StderrPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sc := bufio.NewScanner(stderr)
+			for sc.Scan() && sc.Text() != pausedFlags {
+			}
+			if err := cmd.Process.Signal(sig); err != nil {
+				t.Fatal(err)
+			}
+			stdin.Close() // the signal is sent: go on
+			var said strings.Builder
+			for sc.Scan() {
+				said.WriteString(sc.Text() + "\n")
+			}
+			_ = cmd.Wait()
+			code := cmd.ProcessState.ExitCode()
+			if args[0] == "export" {
+				if code != exitInterrupted || !strings.Contains(said.String(), "interrupted") {
+					t.Errorf("%v during export's checks: exit %d (%v), stderr %q; want %d and 'interrupted'", sig, code, cmd.ProcessState, said.String(), exitInterrupted)
+				}
+				if names := dirNames(t, out); len(names) != 0 {
+					t.Errorf("%v during export's checks: %s holds %v, want nothing", sig, out, names)
+				}
+				continue
+			}
+			if code != exitOK || !strings.Contains(said.String(), `"interrupted": true`) {
+				t.Errorf("%v during stress's checks: exit %d (%v), stderr %q; want exit 0 and interrupted true", sig, code, cmd.ProcessState, said.String())
+			}
+		}
+	}
+}

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/broker"
 )
 
 // TestJSON_CleanStoreHasEveryDocumentedField: inspect --json left out the
@@ -121,4 +124,122 @@ func emptyStore(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// dumpAmbiguousStore returns a store whose index "x" holds k1 = the one
+// byte 0xff and k2 = the six bytes "\xff" (quote, backslash, x, f, f,
+// quote), and whose queue "q" holds those two as bodies, of messages with
+// no producer and no properties.
+func dumpAmbiguousStore(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	db, err := kdb.Open(dir, &kdb.Options{SegmentSize: testSegmentSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, v := range []string{"\xff", `"\xff"`} {
+		if err := db.Put("x", []byte(fmt.Sprintf("k%d", i+1)), []byte(v)); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := brokerOf(db).Send(broker.Queue, "q", &broker.Message{ID: fmt.Sprintf("m%d", i+1), Body: []byte(v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// TestJSON_DumpHasEveryDocumentedField: dump --json left out the fields
+// the README lists when they were empty (omitempty): an empty listing had
+// no "keys" or "messages", the last page no "next" or "next_seq", a
+// message no producer_id, producer_seq or properties, and without
+// --values there was no value or body. A script reading d["keys"] failed.
+// Every listed field is present: [] for an empty listing, "" or 0 for
+// next at the end, {} for no properties, null for value and body (and
+// their _hex) without --values.
+func TestJSON_DumpHasEveryDocumentedField(t *testing.T) {
+	t.Parallel()
+	dir := dumpAmbiguousStore(t)
+	index := []string{"keys[].key", "keys[].key_hex", "keys[].value_size", "keys[].value", "keys[].value_hex", "next", "next_hex"}
+	dest := []string{"messages[].seq", "messages[].id", "messages[].producer_id", "messages[].producer_seq",
+		"messages[].properties", "messages[].body_size", "messages[].body", "messages[].body_hex", "next_seq"}
+	for _, c := range []struct {
+		args   []string
+		fields []string
+		n      int // keys or messages listed
+		next   any // next or next_seq
+	}{
+		{[]string{"--index", "x"}, index, 2, ""},
+		{[]string{"--index", "x", "--values"}, index, 2, ""},
+		{[]string{"--index", "x", "--limit", "1"}, index, 1, "k2"},
+		{[]string{"--index", "x", "--start", "zzz"}, index, 0, ""},
+		{[]string{"--queue", "q"}, dest, 2, 0.0},
+		{[]string{"--queue", "q", "--values"}, dest, 2, 0.0},
+		{[]string{"--queue", "q", "--limit", "1"}, dest, 1, 2.0},
+		{[]string{"--queue", "q", "--start", "99"}, dest, 0, 0.0},
+	} {
+		code, m := runJSON(t, append(append([]string{"dump", "--json"}, c.args...), dir)...)
+		what := fmt.Sprintf("dump %q", c.args)
+		if code != exitOK {
+			t.Errorf("%s: exit %d, want 0", what, code)
+		}
+		for _, f := range c.fields {
+			requireField(t, what, m, f)
+		}
+		list, next := "keys", "next"
+		if c.fields[0] != index[0] {
+			list, next = "messages", "next_seq"
+		}
+		if l, _ := m[list].([]any); len(l) != c.n || m[next] != c.next {
+			t.Errorf("%s: %d %s, %s %v; want %d and %v", what, len(l), list, next, m[next], c.n, c.next)
+		}
+		if l, _ := m[list].([]any); len(l) > 0 {
+			first := l[0].(map[string]any)
+			values := slices.Contains(c.args, "--values")
+			for _, f := range []string{"value", "value_hex", "body", "body_hex"} {
+				if v, ok := first[f]; ok && !values && v != nil {
+					t.Errorf("%s: %s is %v without --values, want null", what, f, v)
+				}
+			}
+			if p, ok := first["properties"]; ok {
+				if pm, isMap := p.(map[string]any); !isMap || len(pm) != 0 {
+					t.Errorf("%s: properties %v of a message that has none, want {}", what, p)
+				}
+			}
+		}
+	}
+}
+
+// TestDump_JSONValuesAreExact: dump --json printed a value that is not
+// valid UTF-8 Go-quoted in "value", so the one byte 0xff and the six bytes
+// "\xff" both printed as "\"\\xff\"" (only value_size told them apart),
+// though the README says --json is exact. value (body) is the value as
+// text only when it is valid UTF-8, else null, and value_hex (body_hex)
+// always holds its bytes.
+func TestDump_JSONValuesAreExact(t *testing.T) {
+	t.Parallel()
+	dir := dumpAmbiguousStore(t)
+	want := []struct {
+		text any
+		hex  string
+	}{{nil, "ff"}, {`"\xff"`, "225c78666622"}}
+	for _, c := range []struct{ list, text, hex string }{{"keys", "value", "value_hex"}, {"messages", "body", "body_hex"}} {
+		args := []string{"dump", "--json", "--values", "--index", "x", dir}
+		if c.list == "messages" {
+			args = []string{"dump", "--json", "--values", "--queue", "q", dir}
+		}
+		code, m := runJSON(t, args...)
+		l, _ := m[c.list].([]any)
+		if code != exitOK || len(l) != 2 {
+			t.Fatalf("%q: exit %d, %v; want 2 %s", args, code, m, c.list)
+		}
+		for i, w := range want {
+			e := l[i].(map[string]any)
+			if e[c.text] != w.text || e[c.hex] != w.hex {
+				t.Errorf("%q: %s[%d] has %s %#v, %s %#v; want %#v and %q", args, c.list, i, c.text, e[c.text], c.hex, e[c.hex], w.text, w.hex)
+			}
+		}
+	}
 }

@@ -5,6 +5,7 @@
 package main
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -42,11 +43,12 @@ func main() {
 }
 
 func run(args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+	if len(args) == 0 {
 		usage(stderr)
-		if len(args) == 0 {
-			return exitUsage
-		}
+		return exitUsage
+	}
+	if args[0] == "-h" || args[0] == "--help" {
+		usage(stdout) // asked for: on stdout, for 'kdbtool -h | less'
 		return exitOK
 	}
 	if args[0] == "help" {
@@ -61,13 +63,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return runGuarded(args[0], c, args[1:], stdout, stderr)
 }
 
-// help is "kdbtool help [COMMAND]": the general usage, or COMMAND's own
-// (as "kdbtool COMMAND -h" prints it), exit 0; an unknown COMMAND, or more
-// than one, is a usage error (exit 2).
+// help is "kdbtool help [COMMAND]": the general usage ("help help" too),
+// or COMMAND's own (as "kdbtool COMMAND -h" prints it), on stdout, exit 0;
+// an unknown COMMAND, or more than one, is a usage error (exit 2, on
+// stderr).
 func help(args []string, stdout, stderr io.Writer) int {
 	switch {
-	case len(args) == 0:
-		usage(stderr)
+	case len(args) == 0 || len(args) == 1 && args[0] == "help":
+		usage(stdout)
 		return exitOK
 	case len(args) > 1:
 		fmt.Fprintf(stderr, "kdbtool help: want at most one command, got %d\n", len(args))
@@ -102,25 +105,38 @@ func usage(w io.Writer) {
 }
 
 // newFlags returns a FlagSet that reports usage errors instead of exiting.
+// Its usage goes to its output, stderr (parseFlags sends help asked for to
+// stdout).
 func newFlags(name, argsUsage string, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: kdbtool %s [flags] %s\n", name, argsUsage)
+		fmt.Fprintf(fs.Output(), "usage: kdbtool %s [flags] %s\n", name, argsUsage)
 		fs.PrintDefaults()
 	}
 	return fs
 }
 
 // parseFlags parses args and returns the exit code to use when parsing
-// stopped (help or a usage error), or -1 to go on. Flags may come before,
-// between or after the positional arguments (see interspersed); after
-// parsing, fs.Args holds the positional arguments in their order.
-func parseFlags(fs *flag.FlagSet, args []string) int {
-	if err := fs.Parse(interspersed(fs, args)); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
+// stopped (help or a usage error), or -1 to go on. Help asked for (-h,
+// --help) is printed on stdout, exit 0; a usage error, with the usage, on
+// fs's output (stderr), exit 2. Flags may come before, between or after
+// the positional arguments (see interspersed); after parsing, fs.Args
+// holds the positional arguments in their order.
+func parseFlags(fs *flag.FlagSet, args []string, stdout io.Writer) int {
+	// The flag package prints both help and its errors on fs's output:
+	// keep them until it says which this is.
+	stderr := fs.Output()
+	var said bytes.Buffer
+	fs.SetOutput(&said)
+	err := fs.Parse(interspersed(fs, args))
+	fs.SetOutput(stderr)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		stdout.Write(said.Bytes())
+		return exitOK
+	case err != nil:
+		stderr.Write(said.Bytes())
 		return exitUsage
 	}
 	return -1

@@ -24,8 +24,12 @@ func TestMut_CommandLineUsage(t *testing.T) {
 		{[]string{"-h"}, exitOK},
 	} {
 		code, out, errs := runTool(t, c.args...)
+		// Help asked for is on stdout; the usage of a usage error on stderr.
+		if c.code == exitOK {
+			out, errs = errs, out
+		}
 		if code != c.code || !strings.Contains(errs, "usage: kdbtool <command>") || out != "" {
-			t.Errorf("kdbtool %q: exit %d, want %d and the usage on stderr\nstdout: %s\nstderr: %s", c.args, code, c.code, out, errs)
+			t.Errorf("kdbtool %q: exit %d, want %d and the usage (on stdout for help, else on stderr)\nstdout: %s\nstderr: %s", c.args, code, c.code, out, errs)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -85,6 +86,14 @@ func TestMain(m *testing.M) {
 			testHookExporting = func(ctx context.Context) {
 				fmt.Fprintln(os.Stderr, pausedExporting)
 				<-ctx.Done()
+			}
+		}
+		// KDBTOOL_TEST_PAUSE_FLAGS=1: once export or stress has parsed
+		// its flags, say so on stderr and wait until stdin is closed.
+		if os.Getenv("KDBTOOL_TEST_PAUSE_FLAGS") == "1" {
+			testHookFlagsParsed = func() {
+				fmt.Fprintln(os.Stderr, pausedFlags)
+				io.Copy(io.Discard, os.Stdin)
 			}
 		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

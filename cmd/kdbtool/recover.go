@@ -70,7 +70,7 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	forceScan := fs.Bool("force-scan", false, "ignore db.free and rebuild the free list by a scan")
 	skip := fs.Bool("skip-damaged", false, "skip damaged journal regions instead of failing (the report lists the loss)")
-	if code := parseFlags(fs, args); code >= 0 {
+	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
 	}
 	dir, err := oneArg(fs)

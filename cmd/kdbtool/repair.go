@@ -71,7 +71,7 @@ func runRepair(args []string, stdout, stderr io.Writer) int {
 	asJSON := fs.Bool("json", false, "print one JSON document")
 	apply := fs.Bool("apply", false, "make the changes (default: a dry run that only says what it would do)")
 	rebuild := fs.Bool("rebuild-index", false, "rebuild db.data from the whole journal (only if it still starts at db-1.log)")
-	if code := parseFlags(fs, args); code >= 0 {
+	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
 	}
 	dir, err := oneArg(fs)

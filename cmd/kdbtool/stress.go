@@ -7,18 +7,17 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"hash/fnv"
 	"io"
 	mrand "math/rand/v2"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/kdb-project/kdb"
@@ -118,6 +117,11 @@ type stressOut struct {
 // (one per line, flushed at once); the summary goes to stderr (as JSON
 // with --json), so that stdout stays the list of acknowledged keys.
 func runStress(args []string, stdout, stderr io.Writer) int {
+	// SIGINT/SIGTERM are handled from the start: one that comes during the
+	// checks and the open below stops stress before its first write, not
+	// by the signal's default action.
+	sigCtx, stop := onInterrupt()
+	defer stop()
 	fs := newFlags("stress", "DIR", stderr)
 	asJSON := fs.Bool("json", false, "print the summary on stderr as one JSON document")
 	size := fs.Int("size", 1024, "value size in bytes")
@@ -126,8 +130,11 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", 0, "how long to write (0: until --count or a signal)")
 	index := fs.String("index", "stress", "the index to write to")
 	segSize := fs.Int64("segment-size", 0, "journal segment size for a new store, 64 KiB to 1 GiB (0: the default, 32 MiB)")
-	if code := parseFlags(fs, args); code >= 0 {
+	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
+	}
+	if testHookFlagsParsed != nil {
+		testHookFlagsParsed()
 	}
 	// stdout is the list of acknowledged keys: a usage error prints none
 	// (and with --json no document: stderr holds the usage).
@@ -153,7 +160,11 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	case *index == "":
 		return usageErr(fs, io.Discard, "--index is empty: name the index to write to")
 	}
-	if *count == 0 && *duration == 0 {
+	// No --count and no --duration: 1000 writes. An explicit --count 0 is
+	// "until --duration or a signal", as its help says.
+	countSet := false
+	fs.Visit(func(f *flag.Flag) { countSet = countSet || f.Name == "count" })
+	if !countSet && *duration == 0 {
 		*count = 1000
 	}
 	var rb [4]byte
@@ -208,11 +219,10 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		}
 		return fail(err, exitFor(err))
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx := sigCtx
 	if *duration > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, *duration)
+		ctx, cancel = context.WithTimeout(sigCtx, *duration)
 		defer cancel()
 	}
 
@@ -257,7 +267,10 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	wg.Wait()
 	p.done()
 	secs := time.Since(start).Seconds()
-	interrupted := ctx.Err() != nil && *duration == 0
+	// Interrupted: a signal stopped the writes, not --duration (the
+	// deadline) or --count (all acknowledged).
+	interrupted := ctx.Err() != nil && !errors.Is(context.Cause(ctx), context.DeadlineExceeded) &&
+		(*count == 0 || acked.Load() < *count)
 	if err := db.Close(); err != nil && firstErr == nil {
 		firstErr = err
 	}
@@ -298,7 +311,7 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	ackedPath := fs.String("acked", "", "the keys stress printed, one per line (- for stdin)")
 	index := fs.String("index", "stress", "the index stress wrote to")
 	readOnly := fs.Bool("read-only", false, "open read-only (no lock, nothing written; the journal after the last checkpoint is replayed in memory)")
-	if code := parseFlags(fs, args); code >= 0 {
+	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
 	}
 	dir, err := oneArg(fs)

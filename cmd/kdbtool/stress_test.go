@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"os"
 	"os/exec"
@@ -225,5 +226,92 @@ func TestStress_FailedWritesAreNotExit0(t *testing.T) {
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != exitIO || !strings.Contains(errb.String(), "file too large") {
 		t.Fatalf("stress with files limited to 100 KiB: %v, stderr %q; want exit %d saying the file is too large", err, errb.String(), exitIO)
+	}
+}
+
+// startStress starts a stress child process with args (--json added) and
+// returns it, the reader of its stdout (the acknowledged keys) and its
+// stderr (the summary, once it has exited).
+func startStress(t *testing.T, args ...string) (*exec.Cmd, *bufio.Scanner, *strings.Builder) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], append([]string{"stress", "--json"}, args...)...)
+	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1")
+	var errb strings.Builder
+	cmd.Stderr = &errb
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	return cmd, bufio.NewScanner(stdout), &errb
+}
+
+// stopStress reads n keys from sc, then sends stress sig, reads the rest,
+// waits for it and returns how many keys it printed and its summary.
+func stopStress(t *testing.T, cmd *exec.Cmd, sc *bufio.Scanner, errb *strings.Builder, n int, sig os.Signal) (int, map[string]any) {
+	t.Helper()
+	keys := 0
+	for keys < n && sc.Scan() {
+		keys++
+	}
+	if keys < n {
+		cmd.Wait()
+		t.Fatalf("%v: stress stopped by itself after %d keys, before the signal; stderr %s", cmd.Args, keys, errb)
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	for sc.Scan() {
+		keys++
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("%v: stopped by %v: %v, stderr %s; want exit 0", cmd.Args, sig, err, errb)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(errb.String()), &m); err != nil {
+		t.Fatalf("%v: summary not JSON: %v\n%s", cmd.Args, err, errb)
+	}
+	return keys, m
+}
+
+// TestStress_CountZeroRunsUntilSignal: an explicit --count 0 stopped after
+// 1000 writes, though its help says "0: until --duration or a signal"
+// (only neither flag means 1000). It writes until the signal, which the
+// summary reports as interrupted.
+func TestStress_CountZeroRunsUntilSignal(t *testing.T) {
+	t.Parallel()
+	cmd, sc, errb := startStress(t, "--count", "0", "--size", "10", "--writers", "8", t.TempDir())
+	keys, m := stopStress(t, cmd, sc, errb, 1100, interruptSignals(t)[0])
+	if m["acked"] != float64(keys) || m["interrupted"] != true {
+		t.Errorf("stress --count 0 stopped by a signal after %d keys: summary %v; want acked %d, interrupted", keys, m, keys)
+	}
+	// Neither --count nor --duration: 1000 writes.
+	code, out, errs := runTool(t, "stress", "--size", "10", "--writers", "8", t.TempDir())
+	if n := len(strings.Fields(out)); code != exitOK || n != 1000 {
+		t.Errorf("stress without --count or --duration: exit %d, %d keys, stderr %q; want 1000", code, n, errs)
+	}
+}
+
+// TestStress_InterruptedIsASignal: with --duration, a stress stopped by
+// SIGINT or SIGTERM reported "interrupted": false (it was computed only
+// without --duration). It is true when a signal stopped it, false when
+// --duration or --count ended it.
+func TestStress_InterruptedIsASignal(t *testing.T) {
+	t.Parallel()
+	for _, sig := range interruptSignals(t) {
+		cmd, sc, errb := startStress(t, "--duration", "1h", "--size", "10", "--writers", "4", t.TempDir())
+		if keys, m := stopStress(t, cmd, sc, errb, 50, sig); m["acked"] != float64(keys) || m["interrupted"] != true {
+			t.Errorf("stress --duration 1h stopped by %v: summary %v; want acked %d, interrupted", sig, m, keys)
+		}
+	}
+	for _, args := range [][]string{{"--duration", "100ms"}, {"--count", "20"}, {"--count", "20", "--duration", "1h"}, {"--count", "0", "--duration", "100ms"}} {
+		code, _, errs := runTool(t, append([]string{"stress", "--json", "--size", "10", t.TempDir()}, args...)...)
+		var m map[string]any
+		if err := json.Unmarshal([]byte(errs), &m); err != nil || code != exitOK || m["interrupted"] != false {
+			t.Errorf("stress %q: exit %d, summary %s (%v); want exit 0, interrupted false", args, code, errs, err)
+		}
 	}
 }
