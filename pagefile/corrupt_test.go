@@ -125,12 +125,15 @@ func TestFile_MetaSlots(t *testing.T) {
 		{"newest slot damaged, redo repairs it", func(fsys *vfs.MemFS) error {
 			return kdbtest.FlipBit(fsys, "/db/db.data", metaSlotPage*ps+metaSeq, 1)
 		}, 2, true, nil},
-		{"newest slot damaged, no redo: the older slot wins", func(fsys *vfs.MemFS) error {
+		// The older slot would win, but checkpoint 2 rewrote a page in
+		// use at checkpoint 1 in place, and no db.redo says which: opened
+		// at 1, the store would read a page of 2 (it used to).
+		{"newest slot damaged, no redo: refused", func(fsys *vfs.MemFS) error {
 			if err := fsys.Remove("/db/db.redo"); err != nil {
 				return err
 			}
 			return kdbtest.FlipBit(fsys, "/db/db.data", metaSlotPage*ps+metaPageCount, 1)
-		}, 1, false, nil},
+		}, 0, false, ErrCorrupt},
 		{"older slot damaged", func(fsys *vfs.MemFS) error {
 			return kdbtest.ZeroRange(fsys, "/db/db.data", (metaSlotPage+1)*ps, ps)
 		}, 2, false, nil},

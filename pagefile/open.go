@@ -21,6 +21,18 @@ type opener struct {
 	rep        *Report
 	hdr        fileHeader
 	noFreeList bool // Inspect: leave the free list empty, read no db.free, scan nothing
+	// newer: pages of db.data written by a checkpoint after meta, found
+	// while db.redo could not restore that checkpoint (findNewer), and
+	// why it could not.
+	newer         []newerPage
+	newerWhy      string
+	newerMetaLost bool // the other meta slot is not intact
+}
+
+// newerPage is a page of db.data a checkpoint newer than meta wrote.
+type newerPage struct {
+	id         PageID
+	checkpoint uint64
 }
 
 func (o *opener) open() error {
@@ -142,6 +154,9 @@ func (o *opener) open() error {
 	}
 	rep.FreeListDuration = time.Since(t)
 	rep.FreePages = f.mu.free.count()
+	if err := o.newerInUse(meta); err != nil {
+		return err
+	}
 
 	// The read mapping.
 	if f.mu.view, err = f.mapData(); err != nil {
@@ -287,7 +302,7 @@ func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
 		return meta, slot, fmt.Errorf("pagefile: stat %s: %w", f.redoName, err)
 	}
 	if !existed && f.opts.ReadOnly {
-		return meta, slot, nil
+		return meta, slot, o.findNewer(nil, 0, meta, slot, "db.redo missing")
 	}
 	r, err := f.fs.OpenFile(f.redoName, flag, 0o600)
 	if errors.Is(err, vfs.ErrNotRegular) {
@@ -309,7 +324,14 @@ func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
 		return meta, slot, fmt.Errorf("pagefile: size of %s: %w", f.redoName, err)
 	}
 	if size == 0 {
-		return meta, slot, nil
+		// A new store's (no checkpoint has written one), or one emptied
+		// or removed by hand: nothing of db.data may then be newer than
+		// meta.
+		why := "db.redo empty"
+		if !existed {
+			why = "db.redo missing"
+		}
+		return meta, slot, o.findNewer(r, 0, meta, slot, why)
 	}
 	if redoAlreadyApplied(r, size, f.storeID, meta.ID) {
 		rep.RedoIgnored = fmt.Sprintf("db.redo already applied (checkpoint %v)", meta.ID)
@@ -320,6 +342,9 @@ func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
 	// copies from the page cache.
 	h, err := decodeRedo(r, size, f.redoName)
 	if errors.Is(err, errRedoIncomplete) {
+		if terr := o.findNewer(r, size, meta, slot, err.Error()); terr != nil {
+			return meta, slot, terr
+		}
 		rep.RedoIgnored = err.Error()
 		return meta, slot, nil
 	}
@@ -387,6 +412,123 @@ func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
 	}
 	rep.RedoApplied, rep.RedoPages = true, len(h.positions)
 	return newMeta, int(newMeta.Seq % numMetaSlots), nil
+}
+
+// findNewer lists (o.newer) the pages of db.data written by a checkpoint
+// newer than meta while db.redo, which would restore that checkpoint, is
+// missing, empty or reads as incomplete (why). A checkpoint writes in place
+// only once its db.redo is complete and synced, so a crash while writing
+// db.redo leaves db.data untouched, and the batch is rightly ignored. But a
+// complete db.redo damaged or removed afterwards (a flipped or cut byte)
+// looks the same: if the store stopped during the in-place writes, db.data
+// holds pages of both checkpoints (an outside tester's flipped magic after
+// a crash mid-checkpoint opened as a mix of the two). The pages db.redo
+// lists are checked when its header and position table read as a batch of
+// this store; when they do not, every page of db.data is. Whether a page
+// found matters (it was in use at meta's checkpoint) is known only once the
+// free list is: newerInUse.
+func (o *opener) findNewer(r io.ReaderAt, size int64, meta Meta, slot int, why string) error {
+	f := o.f
+	if o.noFreeList {
+		return nil // Inspect: newerInUse could not tell which matter
+	}
+	if other, _ := o.otherSlot(slot); other.PageSize == 0 {
+		// The newer checkpoint may have completed: its meta slot is the
+		// one not intact.
+		o.newerMetaLost = true
+	}
+	ps := int64(f.pageSize)
+	pages := PageID(f.dataSize / ps)
+	page := make([]byte, ps)
+	o.newerWhy = why
+	newer := func(id PageID, b []byte, off int64) error {
+		h, err := decodePage(b, id, f.dataName, off)
+		if err == nil && h.checkpoint > meta.Seq {
+			o.newer = append(o.newer, newerPage{id, h.checkpoint})
+		}
+		return nil // a damaged page is left to its reads (or a scan)
+	}
+	check := func(id PageID) error {
+		if id < FirstDataPage || id >= pages {
+			return nil
+		}
+		off := int64(id) * ps
+		if err := readFull(f.data, page, off); err != nil {
+			return fmt.Errorf("pagefile: read %s@%d: %w", f.dataName, off, err)
+		}
+		return newer(id, page, off)
+	}
+	var hb [redoHeaderSize]byte
+	if r != nil && size >= redoHeaderSize {
+		if _, err := r.ReadAt(hb[:], 0); err != nil {
+			return fmt.Errorf("pagefile: read %s@0: %w", f.redoName, err)
+		}
+	}
+	count := binary.LittleEndian.Uint64(hb[redoCount:])
+	var sid [16]byte
+	copy(sid[:], hb[redoStoreID:])
+	if binary.LittleEndian.Uint32(hb[redoMagicOff:]) == redoMagic && sid == f.storeID &&
+		int64(binary.LittleEndian.Uint32(hb[redoPageSize:])) == ps && count <= uint64(size-redoHeaderSize)/8 {
+		// The position table, streamed (it is as long as the file allows).
+		buf := make([]byte, 8*min(count, 8<<10))
+		for i := uint64(0); i < count; {
+			n := min(count-i, uint64(len(buf)/8))
+			off := int64(redoHeaderSize + 8*i)
+			if _, err := r.ReadAt(buf[:8*n], off); err != nil {
+				return fmt.Errorf("pagefile: read %s@%d: %w", f.redoName, off, err)
+			}
+			for j := range n {
+				if err := check(PageID(binary.LittleEndian.Uint64(buf[8*j:]))); err != nil {
+					return err
+				}
+			}
+			i += n
+		}
+		return nil
+	}
+	// No table to go by: every page, read in chunks as the scan does.
+	per := PageID(max(1, scanChunk/ps))
+	chunk := make([]byte, int64(min(per, max(pages, 1)))*ps)
+	for id := FirstDataPage; id < pages; id += per {
+		k := min(per, pages-id)
+		b := chunk[:int64(k)*ps]
+		off := int64(id) * ps
+		if err := readFull(f.data, b, off); err != nil {
+			return fmt.Errorf("pagefile: read %s@%d: %w", f.dataName, off, err)
+		}
+		for j := PageID(0); j < k; j++ {
+			if err := newer(id+j, b[int64(j)*ps:int64(j+1)*ps], off+int64(j)*ps); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// newerInUse returns an error if a page findNewer found was in use at
+// meta's checkpoint (below its page count and not on its free list, or, with
+// a free list rebuilt by a scan, which read the newer pages, below its page
+// count): opened at meta, the store would read a page of a later
+// checkpoint. A page that was free at meta's checkpoint holds nothing meta
+// refers to (the proof of the free list meets it before it is reused).
+func (o *opener) newerInUse(meta Meta) error {
+	f := o.f
+	for _, p := range o.newer {
+		if uint64(p.id) >= meta.PageCount || (o.rep.FreeListPath != FreeListScanned && f.mu.free.contains(p.id)) {
+			continue
+		}
+		off := int64(p.id) * int64(f.pageSize)
+		if f.opts.ReadOnly && (!f.roStateOK || f.Changed()) {
+			// The writing process's checkpoint completed db.redo and
+			// began writing in place since it was read: retry.
+			return fmt.Errorf("%w: %s@%d: %v written by checkpoint %d, after this handle's %d", ErrStale, f.dataName, off, p.id, p.checkpoint, meta.Seq)
+		}
+		if o.newerMetaLost {
+			return fmt.Errorf("%w: %s@%d: %v, in use at the meta's checkpoint %d, was written by checkpoint %d: the meta slot of that checkpoint is lost (damaged), and %s cannot restore it (%s): db.data holds a tree the meta does not describe (kdbtool repair says what can rebuild the store)", ErrCorrupt, f.dataName, off, p.id, meta.Seq, p.checkpoint, f.redoName, o.newerWhy)
+		}
+		return fmt.Errorf("%w: %s: %s, and %s@%d: %v, in use at the meta's checkpoint %d, was written by checkpoint %d: the store stopped while that checkpoint was being written in place, db.data holds part of it, and without an intact db.redo it cannot be finished (kdbtool repair says what can rebuild the store)", ErrCorrupt, f.redoName, o.newerWhy, f.dataName, off, p.id, meta.Seq, p.checkpoint)
+	}
+	return nil
 }
 
 // applyRedo checks every image of the batch and writes the ones that differ

@@ -1,7 +1,9 @@
 package pagefile
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/kdb-project/kdb/internal/kdbtest"
@@ -74,5 +76,85 @@ func TestFile_PowerLossWhileANewRedoIsUnnamed(t *testing.T) {
 	ref := runReference(t, base, 2, 1)
 	for seed := int64(1); seed <= 4; seed++ {
 		crashLoop(t, base, ref, 2, 1, vfs.CrashOptions{KeepUnsynced: 0.5, Seed: seed})
+	}
+}
+
+// TestFile_DamagedRedoAfterInPlaceWrites: a crash inside a checkpoint's
+// in-place writes leaves db.data holding part of the new checkpoint and a
+// complete db.redo to finish it. If db.redo is then damaged (its magic
+// flipped, a byte of an image flipped, cut to nothing, removed), it reads
+// as incomplete, like one a crash tore while it was written; an outside
+// tester found Open then opened the older meta over the newer pages, a mix
+// of two checkpoints. Every crash point whose image needs its db.redo is
+// damaged each way: Open must give ErrCorrupt or a whole checkpoint the
+// crash allows, and at least one of them must be ErrCorrupt (a damaged
+// db.redo over pages rewritten in place).
+func TestFile_DamagedRedoAfterInPlaceWrites(t *testing.T) {
+	base := newBase(t, crashTestOpts, 20)
+	ref := runReference(t, base, crashRounds, 1)
+	damages := []struct {
+		name string
+		fn   func(fsys *vfs.MemFS) error
+	}{
+		{"magic flipped", func(fsys *vfs.MemFS) error { return kdbtest.FlipBit(fsys, "/db/"+redoFileName, redoMagicOff, 0) }},
+		{"an image flipped", func(fsys *vfs.MemFS) error {
+			size, _, err := fsys.Stat("/db/" + redoFileName)
+			if err != nil {
+				return err
+			}
+			return kdbtest.FlipBit(fsys, "/db/"+redoFileName, size-redoTrailerSize-10, 3)
+		}},
+		{"cut to nothing", func(fsys *vfs.MemFS) error { return kdbtest.Truncate(fsys, "/db/"+redoFileName, 0) }},
+		{"removed", func(fsys *vfs.MemFS) error { return fsys.Remove("/db/" + redoFileName) }},
+	}
+	needed, refused := 0, 0
+	for k := 1; k <= ref.total; k++ {
+		c := kdbtest.ProcessCrashAt(base.Clone(), k)
+		f, _, err := Open("/db", Options{FS: c.FS(), GrowBy: crashTestOpts.GrowBy})
+		if err == nil {
+			err = workload(f, crashRounds, 1, nil)
+			_ = f.Close()
+		}
+		if !c.Crashed() {
+			t.Fatalf("k=%d: no crash (%v)", k, err)
+		}
+		img := c.Image()
+		g, rep, err := Open("/db", Options{FS: img.Clone(), GrowBy: crashTestOpts.GrowBy})
+		if err != nil {
+			t.Fatalf("k=%d: reopen: %v", k, err)
+		}
+		_ = g.Close()
+		if !rep.RedoApplied {
+			continue
+		}
+		needed++
+		for _, d := range damages {
+			fsys := img.Clone()
+			if err := d.fn(fsys); err != nil {
+				t.Fatal(err)
+			}
+			what := fmt.Sprintf("crash at write %d, db.redo %s", k, d.name)
+			h, _, err := Open("/db", Options{FS: fsys, GrowBy: crashTestOpts.GrowBy})
+			if err != nil {
+				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "written by checkpoint") {
+					t.Fatalf("%s: Open: %v, want ErrCorrupt naming the page of the newer checkpoint", what, err)
+				}
+				refused++
+				continue
+			}
+			got := captureState(t, h)
+			_ = h.Close()
+			ok := false
+			for _, i := range ref.allowed(k, true) {
+				ok = ok || equalState(got, ref.states[i], false) == ""
+			}
+			if !ok {
+				t.Fatalf("%s: opened %v, a state no crash there allows (%v)", what, got, ref.allowed(k, true))
+			}
+		}
+	}
+	t.Logf("crash points needing db.redo: %d; damaged opens refused: %d of %d", needed, refused, needed*len(damages))
+	if needed == 0 || refused == 0 {
+		t.Fatal("no crash point left pages rewritten in place beside a db.redo to damage: the test checks nothing")
 	}
 }
