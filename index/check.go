@@ -180,6 +180,7 @@ func (c *checker) expectType(id pagefile.PageID, want pagefile.PageType) {
 func (c *checker) checkCatalog() error {
 	var names [][]byte
 	var entries [][]byte
+	var at []pagefile.PageID // the catalog leaf holding each entry
 	err := c.walkTree(c.tx.catalog, func(key, val []byte, ovf pagefile.PageID, id pagefile.PageID) {
 		if ovf != 0 || len(val) != catalogEntrySize {
 			c.problem(corruptf(id, "catalog entry %q is not %d inline bytes", key, catalogEntrySize))
@@ -187,6 +188,7 @@ func (c *checker) checkCatalog() error {
 		}
 		names = append(names, key)
 		entries = append(entries, val)
+		at = append(at, id)
 	})
 	if err != nil {
 		return err
@@ -201,7 +203,9 @@ func (c *checker) checkCatalog() error {
 			return err
 		}
 		if keys != count {
-			c.problem(fmt.Errorf("%w: tree %q: catalog count %d, tree holds %d keys", ErrCorrupt, name, count, keys))
+			// Either side may be the damaged one: the catalog's leaf,
+			// or a leaf of the tree (whose cells Check walked).
+			c.problem(corruptf(at[i], "tree %q: catalog count %d (in this catalog leaf), tree rooted at %s holds %d keys", name, count, root, keys))
 		}
 		c.rep.Keys += keys
 	}

@@ -88,7 +88,7 @@ func TestStore_CheckFindsDamage(t *testing.T) {
 			if err := e.pf.Write(id, pageLeaf, n.encode(make([]byte, e.pf.PayloadSize()))); err != nil {
 				t.Fatal(err)
 			}
-		}, "catalog count 300"},
+		}, "catalog count 300 (in this catalog leaf), tree rooted at page"},
 		{"leaked page", func(t *testing.T, e *env) {
 			id, err := e.pf.Allocate()
 			if err != nil {
