@@ -194,3 +194,22 @@ func TestTx_DropTreeOfAPageLinkedTwice(t *testing.T) {
 		return nil
 	})
 }
+
+// TestPin_ReleaseTwiceUnpinsOnce: a Pin's release called twice (a caller's
+// bug an outside tester tried) leaves another reader's pin of the same
+// state in place: the second call used to drop its count too, and the
+// pages it reads could then be freed under it.
+func TestPin_ReleaseTwiceUnpinsOnce(t *testing.T) {
+	e := fillEnv(t)
+	tx, release := e.s.Pin()
+	_, other := e.s.Pin()
+	defer other()
+	release()
+	release()
+	e.s.mu.Lock()
+	n := e.s.mu.readers[tx.Version()]
+	e.s.mu.Unlock()
+	if n != 1 {
+		t.Fatalf("after one pin's release twice, %d readers of its version, want 1 (the other pin)", n)
+	}
+}

@@ -200,13 +200,18 @@ func (s *Store) Pin() (tx *Tx, release func()) {
 	s.mu.readers[snap.version]++
 	s.mu.Unlock()
 	tx = &Tx{s: s, catalog: snap.catalog, version: snap.version}
+	var once sync.Once
 	return tx, func() {
-		tx.closed = true
-		s.mu.Lock()
-		if s.mu.readers[snap.version]--; s.mu.readers[snap.version] == 0 {
-			delete(s.mu.readers, snap.version)
-		}
-		s.mu.Unlock()
+		// Once: a second call would unpin another reader of the same
+		// version, whose pages could then be freed under it.
+		once.Do(func() {
+			tx.closed = true
+			s.mu.Lock()
+			if s.mu.readers[snap.version]--; s.mu.readers[snap.version] == 0 {
+				delete(s.mu.readers, snap.version)
+			}
+			s.mu.Unlock()
+		})
 	}
 }
 
