@@ -319,7 +319,13 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, redoDirSync bool) (*v
 	}
 
 	// 3. In place into db.data: grow, the pages in runs of consecutive
-	// IDs, the meta slot last; one sync.
+	// IDs, a sync, then the meta slot and a sync. Synced together, a power
+	// loss could keep the meta and drop pages before it, a state only
+	// db.redo repairs: one damaged or removed after such a crash (a second
+	// fault) left Open nothing to tell it by, and the store opened at the
+	// new meta over older pages. With the pages durable first, a meta of
+	// this checkpoint on disk means its pages are, and pages without it are
+	// newer than the meta Open finds (findNewer).
 	need := int64(meta.PageCount) * int64(ps)
 	grew := false
 	if need > f.dataSize {
@@ -338,6 +344,11 @@ func (f *File) writeCheckpoint(cp *Checkpoint, meta *Meta, redoDirSync bool) (*v
 	}
 	if err := b.writeRuns(buf, 1, len(positions), true, writeData); err != nil {
 		return nil, err
+	}
+	if len(positions) > 1 {
+		if err := f.sync(f.data, f.dataName); err != nil {
+			return nil, err
+		}
 	}
 	if err := b.writeRuns(buf, 0, 1, true, writeData); err != nil {
 		return nil, err

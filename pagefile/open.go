@@ -374,7 +374,7 @@ func (o *opener) redo(meta Meta, slot int) (Meta, int, error) {
 	}
 	if rep.RedoIgnored != "" {
 		f.opts.Logger.Warn("pagefile: db.redo ignored", "reason", rep.RedoIgnored)
-		return meta, slot, nil
+		return meta, slot, o.findNewer(r, size, meta, slot, rep.RedoIgnored)
 	}
 	// db.redo holds the pages its checkpoint wrote, not the ones before:
 	// db.data must hold the pages of the checkpoint it follows, as it did

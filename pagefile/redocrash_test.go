@@ -86,9 +86,13 @@ func TestFile_PowerLossWhileANewRedoIsUnnamed(t *testing.T) {
 // as incomplete, like one a crash tore while it was written; an outside
 // tester found Open then opened the older meta over the newer pages, a mix
 // of two checkpoints. Every crash point whose image needs its db.redo is
-// damaged each way: Open must give ErrCorrupt or a whole checkpoint the
-// crash allows, and at least one of them must be ErrCorrupt (a damaged
-// db.redo over pages rewritten in place).
+// damaged each way, after a process crash and after power losses: Open
+// must give ErrCorrupt or a whole checkpoint the crash allows, and at least
+// one of them must be ErrCorrupt (a damaged db.redo over pages rewritten
+// in place). A power loss that kept a checkpoint's meta slot and dropped
+// pages it wrote before it (one sync covered both) left a state only
+// db.redo could repair, and damaged, the store opened at the new meta over
+// older pages (an outside tester's finding, at the level of the store).
 func TestFile_DamagedRedoAfterInPlaceWrites(t *testing.T) {
 	base := newBase(t, crashTestOpts, 20)
 	ref := runReference(t, base, crashRounds, 1)
@@ -107,53 +111,70 @@ func TestFile_DamagedRedoAfterInPlaceWrites(t *testing.T) {
 		{"cut to nothing", func(fsys *vfs.MemFS) error { return kdbtest.Truncate(fsys, "/db/"+redoFileName, 0) }},
 		{"removed", func(fsys *vfs.MemFS) error { return fsys.Remove("/db/" + redoFileName) }},
 	}
+	// A process crash keeps every write; a power loss keeps some of the
+	// unsynced ones (and a checkpoint's in-place writes used to share one
+	// sync with its meta slot, so the meta could survive over older pages).
+	crashes := []struct {
+		name string
+		at   func(mem *vfs.MemFS, k int) *kdbtest.Crasher
+	}{{"process crash", kdbtest.ProcessCrashAt}}
+	for seed := int64(1); seed <= 6; seed++ {
+		crashes = append(crashes, struct {
+			name string
+			at   func(mem *vfs.MemFS, k int) *kdbtest.Crasher
+		}{fmt.Sprintf("power loss (seed %d)", seed), func(mem *vfs.MemFS, k int) *kdbtest.Crasher {
+			return kdbtest.CrashAt(mem, k, vfs.CrashOptions{KeepUnsynced: 0.5, Seed: seed + int64(k)*100})
+		}})
+	}
 	needed, refused := 0, 0
-	for k := 1; k <= ref.total; k++ {
-		c := kdbtest.ProcessCrashAt(base.Clone(), k)
-		f, _, err := Open("/db", Options{FS: c.FS(), GrowBy: crashTestOpts.GrowBy})
-		if err == nil {
-			err = workload(f, crashRounds, 1, nil)
-			_ = f.Close()
-		}
-		if !c.Crashed() {
-			t.Fatalf("k=%d: no crash (%v)", k, err)
-		}
-		img := c.Image()
-		g, rep, err := Open("/db", Options{FS: img.Clone(), GrowBy: crashTestOpts.GrowBy})
-		if err != nil {
-			t.Fatalf("k=%d: reopen: %v", k, err)
-		}
-		_ = g.Close()
-		if !rep.RedoApplied {
-			continue
-		}
-		needed++
-		for _, d := range damages {
-			fsys := img.Clone()
-			if err := d.fn(fsys); err != nil {
-				t.Fatal(err)
+	for _, crash := range crashes {
+		for k := 1; k <= ref.total; k++ {
+			c := crash.at(base.Clone(), k)
+			f, _, err := Open("/db", Options{FS: c.FS(), GrowBy: crashTestOpts.GrowBy})
+			if err == nil {
+				err = workload(f, crashRounds, 1, nil)
+				_ = f.Close()
 			}
-			what := fmt.Sprintf("crash at write %d, db.redo %s", k, d.name)
-			h, _, err := Open("/db", Options{FS: fsys, GrowBy: crashTestOpts.GrowBy})
+			if !c.Crashed() {
+				t.Fatalf("k=%d: no crash (%v)", k, err)
+			}
+			img := c.Image()
+			g, rep, err := Open("/db", Options{FS: img.Clone(), GrowBy: crashTestOpts.GrowBy})
 			if err != nil {
-				if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "written by checkpoint") {
-					t.Fatalf("%s: Open: %v, want ErrCorrupt naming the page of the newer checkpoint", what, err)
-				}
-				refused++
+				t.Fatalf("k=%d: reopen: %v", k, err)
+			}
+			_ = g.Close()
+			if !rep.RedoApplied {
 				continue
 			}
-			got := captureState(t, h)
-			_ = h.Close()
-			ok := false
-			for _, i := range ref.allowed(k, true) {
-				ok = ok || equalState(got, ref.states[i], false) == ""
-			}
-			if !ok {
-				t.Fatalf("%s: opened %v, a state no crash there allows (%v)", what, got, ref.allowed(k, true))
+			needed++
+			for _, d := range damages {
+				fsys := img.Clone()
+				if err := d.fn(fsys); err != nil {
+					t.Fatal(err)
+				}
+				what := fmt.Sprintf("%s at write %d, db.redo %s", crash.name, k, d.name)
+				h, _, err := Open("/db", Options{FS: fsys, GrowBy: crashTestOpts.GrowBy})
+				if err != nil {
+					if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "written by checkpoint") {
+						t.Fatalf("%s: Open: %v, want ErrCorrupt naming the page of the newer checkpoint", what, err)
+					}
+					refused++
+					continue
+				}
+				got := captureState(t, h)
+				_ = h.Close()
+				ok := false
+				for _, i := range ref.allowed(k, true) {
+					ok = ok || equalState(got, ref.states[i], false) == ""
+				}
+				if !ok {
+					t.Fatalf("%s: opened %v, a state no crash there allows (%v)", what, got, ref.allowed(k, true))
+				}
 			}
 		}
 	}
-	t.Logf("crash points needing db.redo: %d; damaged opens refused: %d of %d", needed, refused, needed*len(damages))
+	t.Logf("crash images needing db.redo: %d; damaged opens refused: %d of %d", needed, refused, needed*len(damages))
 	if needed == 0 || refused == 0 {
 		t.Fatal("no crash point left pages rewritten in place beside a db.redo to damage: the test checks nothing")
 	}
