@@ -92,7 +92,8 @@ func (s *segment) close() error {
 }
 
 // readAt reads into p at off, failing with ErrNotFound if the segment was
-// removed. A short read is an error wrapping io.ErrUnexpectedEOF.
+// removed. A short read is an error wrapping ErrCorrupt and
+// io.ErrUnexpectedEOF.
 func (s *segment) readAt(p []byte, off int64) error {
 	s.rw.RLock()
 	if s.f == nil && !s.gone && s.fds != nil {
@@ -116,7 +117,9 @@ func (s *segment) readLocked(p []byte, off int64) error {
 		return nil
 	}
 	if err == nil || errors.Is(err, io.EOF) {
-		err = io.ErrUnexpectedEOF
+		// The file ends before bytes a record or a reader's size says it
+		// holds: cut (damage), not an I/O failure.
+		return fmt.Errorf("%w: %s: %d of %d bytes: the segment ends before them (cut short): %w", ErrCorrupt, Location{s.id, off}, n, len(p), io.ErrUnexpectedEOF)
 	}
 	return fmt.Errorf("journal: read %s: %w", Location{s.id, off}, err)
 }

@@ -445,6 +445,9 @@ m redo-damage-ignored pagefile/open.go \
 m data-pages-sync-skipped pagefile/checkpoint.go \
   'if len(positions) > 1 {' 'if false && len(positions) > 1 {' \
   './pagefile' "a checkpoint syncs its pages and its meta slot together: a power loss can keep the meta over older pages, which a damaged db.redo then cannot repair, and the store opens over them"
+m journal-short-read-not-corrupt journal/reader.go \
+  'ErrCorrupt, Location{s.id, off}, n, len(p), io.ErrUnexpectedEOF)' 'errors.New("short read"), Location{s.id, off}, n, len(p), io.ErrUnexpectedEOF)' \
+  '.' "a read of a journal segment cut short is an I/O error, not ErrCorrupt: Get and Check call damage an I/O failure (exit 3, not 1) and Check lists none of the values lost"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
