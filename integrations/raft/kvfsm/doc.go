@@ -8,7 +8,9 @@
 //	meta    "applied": the index of the last raft entry applied (8 bytes
 //	        big-endian), written in the same transaction as the entry's
 //	        effect; "gen": the generation of the data tree; "maxput": the
-//	        cluster's MaxPutSize (8 bytes big-endian; see "Sizes").
+//	        cluster's MaxPutSize (8 bytes big-endian; see "Sizes");
+//	        "restored": the applied index the last Restore took from its
+//	        snapshot (8 bytes big-endian; absent before the first).
 //	d<gen>  the data: key -> value, as the clients put them.
 //
 // Because the applied index commits atomically with the data, the FSM's
@@ -29,7 +31,9 @@
 // applied. CatchUp, called before raft.NewRaft, restores such a snapshot;
 // it refuses an FSM that has applied past both the end of raft's log and
 // the newest snapshot (a log other than the one it applied: the FSM would
-// skip the new log's entries up to its applied index).
+// skip the new log's entries up to its applied index), unless the FSM is
+// exactly what its last Restore left (meta key "restored"): a snapshot's
+// content may be a little ahead of the index raft names it by (below).
 // ApplyBatch never applies past a hole: when its first new entry is not the
 // one after the applied index, it checks in raft's log that every entry in
 // between is one raft does not hand an FSM (a no-op or a barrier), and

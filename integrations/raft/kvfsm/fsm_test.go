@@ -350,3 +350,72 @@ func TestFSM_CatchUpRefusesALogBehindTheFSM(t *testing.T) {
 		t.Fatalf("state %v applied %d", m, applied)
 	}
 }
+
+// TestFSM_CatchUpAcceptsARestoreAheadOfItsSnapshotIndex: a snapshot is
+// taken while applies go on, so its content can be ahead of the index raft
+// names it by. A follower that a leader rebuilt from such a snapshot and
+// that stopped before its log got the entries after that index restarts
+// with the FSM at the snapshot's own applied index, past both its log's end
+// and the snapshot's index: consistent, and CatchUp takes it (a cluster
+// test's killed follower was refused restart). Once it applies an entry of
+// its own past that, the log must hold it again.
+func TestFSM_CatchUpAcceptsARestoreAheadOfItsSnapshotIndex(t *testing.T) {
+	tmp := t.TempDir()
+	dbA, a := open(t, filepath.Join(tmp, "a"))
+	defer dbA.Close()
+	for i := uint64(1); i <= 12; i++ {
+		a.ApplyBatch([]*raft.Log{put(i, fmt.Sprintf("k%02d", i), fmt.Sprint(i))})
+	}
+	snaps := raft.NewInmemSnapshotStore()
+	snapshotAt(t, a, snaps, 8) // named 8, holding 12
+	metas, err := snaps.List()
+	if err != nil || len(metas) != 1 {
+		t.Fatal(metas, err)
+	}
+	dbB, err := kdb.Open(filepath.Join(tmp, "b"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dbB.Close()
+	log := raft.NewInmemStore()
+	for i := uint64(1); i <= 5; i++ { // what the follower logged before it fell behind
+		if err := log.StoreLog(put(i, "x", "y")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := Open(dbB, log, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, rc, err := snaps.Open(metas[0].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Restore(rc); err != nil {
+		t.Fatal(err)
+	}
+	if b.Applied() != 12 {
+		t.Fatalf("restored FSM at %d, want 12 (the snapshot's content)", b.Applied())
+	}
+	// The node stops here and restarts.
+	if b, err = Open(dbB, log, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if restored, err := b.CatchUp(snaps); err != nil || restored {
+		t.Fatalf("CatchUp of an FSM restored to 12 from a snapshot named 8, log ending at 5: restored %v, %v; want it taken as is", restored, err)
+	}
+	// An entry applied after the restore came from the log: a log that
+	// lacks it is not the one applied.
+	for i := uint64(6); i <= 13; i++ {
+		if err := log.StoreLog(put(i, fmt.Sprintf("k%02d", i), fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.ApplyBatch([]*raft.Log{put(13, "k13", "13")})
+	if b, err = Open(dbB, raft.NewInmemStore(), Options{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.CatchUp(snaps); !errors.Is(err, kdb.ErrInvalid) {
+		t.Fatalf("CatchUp of an FSM at 13 (one past its restore) over an empty log: %v, want kdb.ErrInvalid", err)
+	}
+}
