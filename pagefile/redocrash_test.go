@@ -23,16 +23,7 @@ func TestFile_PowerLossRightAfterRedoApplied(t *testing.T) {
 	ref := runReference(t, base, crashRounds, 1)
 	applied := 0
 	for k := 1; k <= ref.total; k++ {
-		c := kdbtest.CrashAt(base.Clone(), k, vfs.CrashOptions{})
-		f, _, err := Open("/db", Options{FS: c.FS(), GrowBy: crashTestOpts.GrowBy})
-		if err == nil {
-			err = workload(f, crashRounds, 1, nil)
-			_ = f.Close()
-		}
-		if !c.Crashed() {
-			t.Fatalf("k=%d: no crash (%v)", k, err)
-		}
-		img := c.Image()
+		img := crashImage(t, kdbtest.CrashAt(base.Clone(), k, vfs.CrashOptions{}), k)
 		// Which checkpoint this image holds (applying db.redo on a copy).
 		want := checkRecovered(t, img.Clone(), ref, ref.allowed(k, false), fmt.Sprintf("crash at write %d", k))
 		g, rep, err := Open("/db", Options{FS: img, GrowBy: crashTestOpts.GrowBy})
@@ -55,6 +46,21 @@ func TestFile_PowerLossRightAfterRedoApplied(t *testing.T) {
 		t.Fatal("no crash point left a db.redo to apply: the test checks nothing")
 	}
 	t.Logf("crash points whose reopen applied db.redo: %d", applied)
+}
+
+// crashImage runs the crash tests' workload on c, which crashes it at
+// mutating operation k, and returns the image the crash left.
+func crashImage(t *testing.T, c *kdbtest.Crasher, k int) *vfs.MemFS {
+	t.Helper()
+	f, _, err := Open("/db", Options{FS: c.FS(), GrowBy: crashTestOpts.GrowBy})
+	if err == nil {
+		err = workload(f, crashRounds, 1, nil)
+		_ = f.Close()
+	}
+	if !c.Crashed() {
+		t.Fatalf("k=%d: no crash (%v)", k, err)
+	}
+	return c.Image()
 }
 
 // TestFile_PowerLossWhileANewRedoIsUnnamed: a store whose db.redo is gone
@@ -129,16 +135,7 @@ func TestFile_DamagedRedoAfterInPlaceWrites(t *testing.T) {
 	needed, refused := 0, 0
 	for _, crash := range crashes {
 		for k := 1; k <= ref.total; k++ {
-			c := crash.at(base.Clone(), k)
-			f, _, err := Open("/db", Options{FS: c.FS(), GrowBy: crashTestOpts.GrowBy})
-			if err == nil {
-				err = workload(f, crashRounds, 1, nil)
-				_ = f.Close()
-			}
-			if !c.Crashed() {
-				t.Fatalf("k=%d: no crash (%v)", k, err)
-			}
-			img := c.Image()
+			img := crashImage(t, crash.at(base.Clone(), k), k)
 			g, rep, err := Open("/db", Options{FS: img.Clone(), GrowBy: crashTestOpts.GrowBy})
 			if err != nil {
 				t.Fatalf("k=%d: reopen: %v", k, err)
