@@ -43,29 +43,9 @@ func TestExport_InterruptRemovesItsTemp(t *testing.T) {
 		if err := os.WriteFile(file, []byte("the old snapshot"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		cmd := exec.Command(os.Args[0], "export", src, file)
-		cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1", "KDBTOOL_TEST_PAUSE_EXPORT=1")
-		stderr, err := cmd.StderrPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		sc := bufio.NewScanner(stderr)
-		var said strings.Builder
-		for sc.Scan() && !strings.Contains(sc.Text(), pausedExporting) {
-			said.WriteString(sc.Text() + "\n")
-		}
-		if err := cmd.Process.Signal(sig); err != nil {
-			t.Fatal(err)
-		}
-		for sc.Scan() {
-			said.WriteString(sc.Text() + "\n")
-		}
-		_ = cmd.Wait()
-		if code := cmd.ProcessState.ExitCode(); code != exitInterrupted || !strings.Contains(said.String(), "interrupted") {
-			t.Errorf("%v: exit %d (%v), stderr %q; want %d and 'interrupted'", sig, code, cmd.ProcessState, said.String(), exitInterrupted)
+		code, said := signalWhenPaused(t, []string{"export", src, file}, "KDBTOOL_TEST_PAUSE_EXPORT=1", pausedExporting, sig)
+		if code != exitInterrupted || !strings.Contains(said, "interrupted") {
+			t.Errorf("%v: exit %d, stderr %q; want %d and 'interrupted'", sig, code, said, exitInterrupted)
 		}
 		if b, err := os.ReadFile(file); err != nil || !bytes.Equal(b, []byte("the old snapshot")) {
 			t.Errorf("%v: FILE is %q (%v), want the old one", sig, b, err)
@@ -121,44 +101,57 @@ func TestInterrupt_DuringTheChecks(t *testing.T) {
 		out := t.TempDir()
 		file := filepath.Join(out, "snap.kdbx")
 		for _, args := range [][]string{{"export", src, file}, {"stress", "--json", "--count", "0", filepath.Join(out, "st")}} {
-			cmd := exec.Command(os.Args[0], args...)
-			cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1", "KDBTOOL_TEST_PAUSE_FLAGS=1", "KDBTOOL_TEST_PAUSE_EXPORT=1")
-			stdin, err := cmd.StdinPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			stderr, err := cmd.StderrPipe()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			sc := bufio.NewScanner(stderr)
-			for sc.Scan() && sc.Text() != pausedFlags {
-			}
-			if err := cmd.Process.Signal(sig); err != nil {
-				t.Fatal(err)
-			}
-			stdin.Close() // the signal is sent: go on
-			var said strings.Builder
-			for sc.Scan() {
-				said.WriteString(sc.Text() + "\n")
-			}
-			_ = cmd.Wait()
-			code := cmd.ProcessState.ExitCode()
+			// PAUSE_EXPORT too: an export that went past its checks
+			// before the signal would wait for it there, not finish.
+			code, said := signalWhenPaused(t, args, "KDBTOOL_TEST_PAUSE_FLAGS=1 KDBTOOL_TEST_PAUSE_EXPORT=1", pausedFlags, sig)
 			if args[0] == "export" {
-				if code != exitInterrupted || !strings.Contains(said.String(), "interrupted") {
-					t.Errorf("%v during export's checks: exit %d (%v), stderr %q; want %d and 'interrupted'", sig, code, cmd.ProcessState, said.String(), exitInterrupted)
+				if code != exitInterrupted || !strings.Contains(said, "interrupted") {
+					t.Errorf("%v during export's checks: exit %d, stderr %q; want %d and 'interrupted'", sig, code, said, exitInterrupted)
 				}
 				if names := dirNames(t, out); len(names) != 0 {
 					t.Errorf("%v during export's checks: %s holds %v, want nothing", sig, out, names)
 				}
 				continue
 			}
-			if code != exitOK || !strings.Contains(said.String(), `"interrupted": true`) {
-				t.Errorf("%v during stress's checks: exit %d (%v), stderr %q; want exit 0 and interrupted true", sig, code, cmd.ProcessState, said.String())
+			if code != exitOK || !strings.Contains(said, `"interrupted": true`) {
+				t.Errorf("%v during stress's checks: exit %d, stderr %q; want exit 0 and interrupted true", sig, code, said)
 			}
 		}
 	}
+}
+
+// signalWhenPaused runs kdbtool args in a child with the test pauses
+// (space-separated NAME=1 settings) set, sends sig once the child prints
+// the line paused on stderr, lets it go on (a flags pause waits for its
+// stdin to close), and returns its exit code and what it printed on
+// stderr but that line.
+func signalWhenPaused(t *testing.T, args []string, pauses, paused string, sig os.Signal) (int, string) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(append(os.Environ(), "KDBTOOL_TEST_MAIN=1"), strings.Fields(pauses)...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	sc := bufio.NewScanner(stderr)
+	var said strings.Builder
+	for sc.Scan() && !strings.Contains(sc.Text(), paused) {
+		said.WriteString(sc.Text() + "\n")
+	}
+	if err := cmd.Process.Signal(sig); err != nil {
+		t.Fatal(err)
+	}
+	stdin.Close() // the signal is sent: go on
+	for sc.Scan() {
+		said.WriteString(sc.Text() + "\n")
+	}
+	_ = cmd.Wait()
+	return cmd.ProcessState.ExitCode(), said.String()
 }
