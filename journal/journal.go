@@ -115,10 +115,13 @@ type Journal struct {
 	dir  string
 	opts Options
 
-	wake chan struct{} // buffered(1): Close stops the SyncInterval ticker
-	done chan struct{} // closed when the ticker goroutine exits
-	rmMu sync.Mutex    // serialises RemoveBefore
-	smu  sync.Mutex    // serialises SyncTo's fdatasyncs
+	wake chan struct{} // buffered(1): Close stops the SyncInterval syncer
+	// unsynced (buffered(1)): under SyncInterval, a batch written since
+	// the syncer last took it, which it makes durable within SyncInterval.
+	unsynced chan struct{}
+	done     chan struct{} // closed when the syncer goroutine exits
+	rmMu     sync.Mutex    // serialises RemoveBefore
+	smu      sync.Mutex    // serialises SyncTo's fdatasyncs
 	// fsyncMu serialises every fdatasync of the active segment with the
 	// recording of its failure (see the invariants).
 	fsyncMu sync.Mutex

@@ -17,9 +17,10 @@ const (
 	// fdatasync). A crash loses no acknowledged record.
 	SyncAlways SyncPolicy = iota
 	// SyncInterval: Append returns once its batch is written to the OS;
-	// the active segment is fdatasync'ed every Options.SyncInterval. A
-	// crash of the machine (not only of the process) can lose the records
-	// acknowledged during the last interval; a lost batch is lost whole.
+	// the active segment is fdatasync'ed within Options.SyncInterval of the
+	// write (nothing runs while nothing is written). A crash of the machine
+	// (not only of the process) can lose the records acknowledged during
+	// the last interval; a lost batch is lost whole.
 	SyncInterval
 	// UnsafeSyncNever: Append returns once its batch is written to the OS;
 	// the journal syncs only on segment rotation, Sync and Close. A machine
@@ -50,8 +51,9 @@ type Options struct {
 	SegmentSize int64
 	// Sync is the sync policy. Default: SyncAlways.
 	Sync SyncPolicy
-	// SyncInterval is the period of the background fdatasync under
-	// SyncInterval. Default: 10ms.
+	// SyncInterval bounds how long a batch stays not durable under
+	// SyncInterval: the background fdatasync runs that long after the
+	// first batch written since the last one. Default: 10ms.
 	SyncInterval time.Duration
 	// MaxRecordSize bounds a record's payload on Append. Reading accepts
 	// up to max(MaxRecordSize, 16 MiB) (readMax): a journal written with

@@ -145,5 +145,25 @@ func TestJournal_SyncPolicies(t *testing.T) {
 		if n := len(collect(t, j2)); n != 1 {
 			t.Fatalf("%d records after the background sync and a crash", n)
 		}
+		// The syncer sleeps while nothing is written; a batch written
+		// after an idle spell wakes it again.
+		time.Sleep(20 * time.Millisecond)
+		before = j.Stats().Fsyncs
+		if _, err := j.Append(Record{Type: 2}); err != nil {
+			t.Fatal(err)
+		}
+		deadline = time.Now().Add(5 * time.Second)
+		for j.Stats().Fsyncs == before {
+			if time.Now().After(deadline) {
+				t.Fatal("no background sync within 5s of a write after an idle spell")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		img = fs.CrashClone(vfs.CrashOptions{})
+		j3, _ := openMem(t, img, Options{})
+		defer mustClose(t, j3)
+		if n := len(collect(t, j3)); n != 2 {
+			t.Fatalf("%d records after the second background sync and a crash, want 2", n)
+		}
 	})
 }

@@ -28,7 +28,7 @@ func Open(dir string, opts Options) (*Journal, *OpenReport, error) {
 		return nil, nil, err
 	}
 	began := time.Now()
-	j := &Journal{dir: dir, opts: opts, wake: make(chan struct{}, 1), done: make(chan struct{})}
+	j := &Journal{dir: dir, opts: opts, wake: make(chan struct{}, 1), unsynced: make(chan struct{}, 1), done: make(chan struct{})}
 	j.fds = newFdCache(opts.FS, opts.MaxOpenSegments)
 	rep := &OpenReport{}
 	segs, nextID, err := j.scanAll(rep)

@@ -13,26 +13,38 @@ import (
 	"github.com/kdb-project/kdb/vfs"
 )
 
-// run is the ticker goroutine: under SyncInterval it makes what was
-// written durable every SyncInterval; it exits at Close.
+// run is the syncer goroutine: under SyncInterval it makes each batch
+// durable within SyncInterval of its write; it exits at Close. It sleeps
+// until a batch is written (writeBatch signals unsynced), waits
+// SyncInterval and syncs everything written by then: an idle journal
+// costs nothing, whatever the interval (a free-running ticker of 1 ns kept
+// a core busy). A batch written after the syncer took the signal signals
+// again, so the next round covers it.
 func (j *Journal) run() {
 	defer close(j.done)
 	if j.opts.Sync != SyncInterval {
 		<-j.wake
 		return
 	}
-	t := time.NewTicker(j.opts.SyncInterval)
-	defer t.Stop()
+	t := time.NewTimer(j.opts.SyncInterval)
+	t.Stop()
 	for {
 		select {
 		case <-j.wake:
 			return
+		case <-j.unsynced:
+		}
+		t.Reset(j.opts.SyncInterval)
+		select {
+		case <-j.wake:
+			t.Stop()
+			return
 		case <-t.C:
-			if j.Err() == nil {
-				// A failure fails the journal (and is logged by fail):
-				// there is no caller to return it to.
-				_ = j.Sync()
-			}
+		}
+		if j.Err() == nil {
+			// A failure fails the journal (and is logged by fail):
+			// there is no caller to return it to.
+			_ = j.Sync()
 		}
 	}
 }
@@ -82,6 +94,12 @@ func (j *Journal) writeBatch(recs []Record, size int64) ([]Location, Location, e
 		j.publishLocked()
 	}
 	j.mu.Unlock()
+	if j.opts.Sync == SyncInterval {
+		select {
+		case j.unsynced <- struct{}{}:
+		default: // signalled already: the syncer's next round covers it
+		}
+	}
 	return locs, Location{w.seg.id, w.off}, nil
 }
 
