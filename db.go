@@ -521,13 +521,19 @@ func (db *DB) Close() error {
 // the failure.
 func (db *DB) fail(err error) error {
 	db.mu.Lock()
-	defer db.mu.Unlock()
-	if db.mu.err == nil {
+	first := db.mu.err == nil
+	if first {
 		db.mu.err = fmt.Errorf("%w: %w", ErrFailed, wrapErr(err))
-		db.opts.Logger.Error("kdb: handle failed", "err", err)
 	}
 	db.mu.ckDone.Broadcast()
-	return db.mu.err
+	failed := db.mu.err
+	db.mu.Unlock()
+	// Logged once db.mu is released: a Logger may call back into the DB
+	// (Err, Stats, Recovery), which takes it.
+	if first {
+		db.opts.Logger.Error("kdb: handle failed", "err", err)
+	}
+	return failed
 }
 
 // writable returns why the DB cannot take writes, if it cannot.

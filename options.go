@@ -17,8 +17,9 @@ const (
 	// acknowledged.
 	SyncAlways SyncMode = iota
 	// SyncInterval: writes return once written to the OS; the journal is
-	// fsynced every Options.SyncInterval. A crash of the machine (not of the
-	// process) can lose the writes of the last interval.
+	// fsynced within Options.SyncInterval of each write (nothing runs while
+	// nothing is written). A crash of the machine (not of the process) can
+	// lose the writes of the last interval.
 	SyncInterval
 	// UnsafeSyncNever: the journal is never fsynced except at checkpoints
 	// and Close. A machine crash can lose everything since the last
@@ -33,7 +34,9 @@ type Options struct {
 	// crashable in-memory FS.
 	FS vfs.FS
 	// Logger receives the recovery report and events with no caller to
-	// report to. Default: silent.
+	// report to. Default: silent. Its handler may call the DB's Err, Stats and
+	// Recovery: no event is logged under a lock those take. It must not
+	// write to the DB, in the middle of which an event may be logged.
 	Logger *slog.Logger
 	// ReadOnly opens the store without taking the write lock or writing
 	// anything: the state of the last checkpoint (a pending db.redo
@@ -51,7 +54,9 @@ type Options struct {
 	SegmentSize int64
 	// Sync is the durability mode. Default: SyncAlways.
 	Sync SyncMode
-	// SyncInterval is the fsync period under SyncInterval, and under
+	// SyncInterval is the longest a write stays not durable under
+	// SyncInterval (the fsync runs that long after the first write not yet
+	// synced), and under
 	// SyncAlways the longest an AckAsync stays not durable when no synced
 	// write follows it. Default: 10ms.
 	SyncInterval time.Duration

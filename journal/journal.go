@@ -334,14 +334,18 @@ func (j *Journal) Close() error {
 // returns the sticky error.
 func (j *Journal) fail(err error) error {
 	j.mu.Lock()
-	defer j.mu.Unlock()
-	if j.mu.err == nil {
+	first := j.mu.err == nil
+	if first {
 		j.mu.err = err
-		if j.opts.Logger != nil {
-			j.opts.Logger.Error("journal failed", "dir", j.dir, "err", err)
-		}
 	}
-	return j.mu.err
+	sticky := j.mu.err
+	j.mu.Unlock()
+	// Logged once j.mu is released: a Logger may call back into the
+	// journal (Stats, Err), which takes it.
+	if first && j.opts.Logger != nil {
+		j.opts.Logger.Error("journal failed", "dir", j.dir, "err", err)
+	}
+	return sticky
 }
 
 func (j *Journal) path(id SegmentID) string { return filepath.Join(j.dir, id.String()) }
