@@ -159,8 +159,8 @@ func (b *Batch) checkIndex(index string) bool {
 	if b.err != nil {
 		return false
 	}
-	if max := maxIndexName(b.prefix); len(index) == 0 || len(index) > max {
-		b.err = fmt.Errorf("%w: index name of %d bytes (want 1..%d)", ErrInvalid, len(index), max)
+	if err := checkIndexName(b.prefix, index); err != nil {
+		b.err = err
 		return false
 	}
 	return true
@@ -170,11 +170,30 @@ func (b *Batch) check(index string, key []byte) bool {
 	if !b.checkIndex(index) {
 		return false
 	}
-	if len(key) == 0 || len(key) > MaxKeySize {
-		b.err = fmt.Errorf("%w: key of %d bytes (want 1..%d)", ErrInvalid, len(key), MaxKeySize)
+	if err := checkKey(key); err != nil {
+		b.err = err
 		return false
 	}
 	return true
+}
+
+// checkIndexName refuses an index name no write can make (ErrInvalid), in
+// the indexes under prefix. Reads refuse it too: a read of a key or index
+// no write can have stored is the caller's bug, not a miss (ErrNotFound).
+func checkIndexName(prefix, index string) error {
+	if max := maxIndexName(prefix); len(index) == 0 || len(index) > max {
+		return fmt.Errorf("%w: index name of %d bytes (want 1..%d)", ErrInvalid, len(index), max)
+	}
+	return nil
+}
+
+// checkKey refuses a key no write can store (ErrInvalid): see
+// checkIndexName.
+func checkKey(key []byte) error {
+	if len(key) == 0 || len(key) > MaxKeySize {
+		return fmt.Errorf("%w: key of %d bytes (want 1..%d)", ErrInvalid, len(key), MaxKeySize)
+	}
+	return nil
 }
 
 // userTree returns the tree of user index index.

@@ -32,7 +32,8 @@ var (
 	// ErrNotFound is returned by Get for a missing key or index.
 	ErrNotFound = errors.New("kdb: not found")
 	// ErrInvalid reports bad input from the caller: an empty or oversized
-	// key, index name or value, or bad Options.
+	// key, index name or value (to a read as to a write: a read of a key no
+	// write can store is the caller's bug, not a miss), or bad Options.
 	ErrInvalid = errors.New("kdb: invalid argument")
 	// ErrStale is returned by a DB opened ReadOnly when the process that
 	// writes the store checkpointed while a read ran, so that the read met

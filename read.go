@@ -15,6 +15,8 @@ import (
 )
 
 // Get returns a copy of the value of key in the named index, or ErrNotFound.
+// An empty or oversized key or index name, which no write can store, is
+// ErrInvalid.
 func (db *DB) Get(index string, key []byte) ([]byte, error) {
 	return db.get(userTreePrefix, index, key)
 }
@@ -313,8 +315,15 @@ func (s *Snapshot) usable() error {
 }
 
 // Get returns a copy of the value of key in the named index, or ErrNotFound.
+// An empty or oversized key or index name is ErrInvalid.
 func (s *Snapshot) Get(index string, key []byte) ([]byte, error) {
 	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	if err := checkIndexName(s.prefix, index); err != nil {
+		return nil, err
+	}
+	if err := checkKey(key); err != nil {
 		return nil, err
 	}
 	t, err := s.openIndex(index)
@@ -334,9 +343,14 @@ func (s *Snapshot) Get(index string, key []byte) ([]byte, error) {
 	return s.db.resolve(v)
 }
 
-// Len returns the number of keys in the named index, without a scan.
+// Len returns the number of keys in the named index, without a scan (0
+// for an index that does not exist; an empty or oversized name is
+// ErrInvalid).
 func (s *Snapshot) Len(index string) (uint64, error) {
 	if err := s.usable(); err != nil {
+		return 0, err
+	}
+	if err := checkIndexName(s.prefix, index); err != nil {
 		return 0, err
 	}
 	t, err := s.openIndex(index)
@@ -386,9 +400,13 @@ func (s *Snapshot) Namespaces() ([]string, error) {
 	return out, nil
 }
 
-// Exists reports whether the named index exists.
+// Exists reports whether the named index exists (an empty or oversized
+// name is ErrInvalid).
 func (s *Snapshot) Exists(index string) (bool, error) {
 	if err := s.usable(); err != nil {
+		return false, err
+	}
+	if err := checkIndexName(s.prefix, index); err != nil {
 		return false, err
 	}
 	t, err := s.openIndex(index)

@@ -284,9 +284,16 @@ func (tx *Txn) ownIndex(tree, key []byte) (i int, found bool) {
 
 // Get returns a copy of the value of key in the named index as this
 // transaction sees it (its own writes, then, in a Submit, the writes in
-// flight, then its snapshot), or ErrNotFound.
+// flight, then its snapshot), or ErrNotFound. An empty or oversized key or
+// index name is ErrInvalid.
 func (tx *Txn) Get(index string, key []byte) ([]byte, error) {
 	if err := tx.live(); err != nil {
+		return nil, err
+	}
+	if err := checkIndexName(tx.prefix, index); err != nil {
+		return nil, err
+	}
+	if err := checkKey(key); err != nil {
 		return nil, err
 	}
 	tx.b.prefix = tx.prefix
