@@ -314,8 +314,18 @@ func checkOldest(st *State, o Options, rep *Report) error {
 	if len(segs) > 0 {
 		to = segs[0].ID - 1
 	}
-	d := journal.Damage{From: journal.Location{Segment: oldest}, To: journal.Location{Segment: to + 1},
-		Reason: fmt.Sprintf("%s: the journal begins after it, but the index refers to values in %s", journal.MissingSegments(oldest, to), oldest)}
+	reason := fmt.Sprintf("%s: the journal begins after it, but the index refers to values in %s", journal.MissingSegments(oldest, to), oldest)
+	if from := rep.ReplayFrom; !from.IsZero() && oldest < from.Segment && len(segs) > 0 {
+		// Journal GC removes a segment the checkpointed index still
+		// names once later writes replaced its values: their records,
+		// after the replay position, drop the references again. If they
+		// are gone, the index names a segment GC rightly removed, and the
+		// damage is at the journal's end, which a cut at a record's
+		// boundary or a removed last segment leaves no trace of.
+		reason += fmt.Sprintf(" (removed outside kdb; or removed by journal GC after later writes replaced those values, and their records after the replay position %s are missing: the journal's end, from %s on, cut short or removed)",
+			from, from.Segment)
+	}
+	d := journal.Damage{From: journal.Location{Segment: oldest}, To: journal.Location{Segment: to + 1}, Reason: reason}
 	if !o.Journal.SkipDamaged {
 		return fmt.Errorf("recovery: journal: %w: %s: %s", journal.ErrCorrupt, d.From, d.Reason)
 	}
