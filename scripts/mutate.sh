@@ -448,6 +448,24 @@ m data-pages-sync-skipped pagefile/checkpoint.go \
 m journal-short-read-not-corrupt journal/reader.go \
   'ErrCorrupt, Location{s.id, off}, n, len(p), io.ErrUnexpectedEOF)' 'errors.New("short read"), Location{s.id, off}, n, len(p), io.ErrUnexpectedEOF)' \
   '.' "a read of a journal segment cut short is an I/O error, not ErrCorrupt: Get and Check call damage an I/O failure (exit 3, not 1) and Check lists none of the values lost"
+m db-fail-logged-under-lock db.go \
+  $'\tfailed := db.mu.err\n\tdb.mu.Unlock()' $'\tfailed := db.mu.err\n\tif first {\n\t\tdb.opts.Logger.Error("kdb: handle failed (under db.mu)")\n\t}\n\tdb.mu.Unlock()' \
+  '.' "the handle's failure is logged holding db.mu: a Logger that reads the DB (Err, Stats) deadlocks the failing write, every later one and Close"
+m journal-fail-logged-under-lock journal/journal.go \
+  $'\tsticky := j.mu.err\n\tj.mu.Unlock()' $'\tsticky := j.mu.err\n\tif first && j.opts.Logger != nil {\n\t\tj.opts.Logger.Error("journal failed (under j.mu)")\n\t}\n\tj.mu.Unlock()' \
+  '.' "the journal's failure is logged holding j.mu: a Logger that reads the DB's Stats deadlocks the failing write"
+m syncinterval-ticks-idle journal/writer.go \
+  $'\t\tcase <-j.unsynced:\n\t\t}' $'\t\tcase <-j.unsynced:\n\t\tdefault:\n\t\t}' \
+  './journal' "the SyncInterval syncer runs whether or not anything was written: a tiny interval keeps a core busy on an idle store"
+m syncinterval-not-signalled journal/writer.go \
+  $'\tif j.opts.Sync == SyncInterval {\n\t\tselect {' $'\tif j.opts.Sync == SyncInterval && false {\n\t\tselect {' \
+  './journal .' "a batch written under SyncInterval does not wake the syncer: it is never made durable by the interval"
+m read-invalid-key-not-found read.go \
+  $'\tif err := checkKey(key); err != nil {\n\t\treturn nil, err\n\t}\n\tt, err := s.openIndex(index)' $'\tt, err := s.openIndex(index)' \
+  '.' "a Get of an empty or oversized key answers ErrNotFound, not ErrInvalid: a caller that built its key wrongly is told the key is missing"
+m gc-removed-hint-dropped recovery/recover.go \
+  'if from := rep.ReplayFrom; !from.IsZero() && oldest < from.Segment && len(segs) > 0 {' 'if from := rep.ReplayFrom; false && !from.IsZero() && oldest < from.Segment && len(segs) > 0 {' \
+  '.' "a store whose journal lost its end after GC removed the segments the checkpoint still names is refused naming only those segments as missing: the operator looks for files GC rightly removed"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
