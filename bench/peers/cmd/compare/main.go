@@ -57,6 +57,11 @@ const (
 type result struct {
 	n       int
 	metrics map[string]float64 // unit -> value ("ns/op", "ops/s", "MiB")
+	// rounds holds, in the median result parse returns, every line of the
+	// same workload and engine by round ("R.I": the I-th line in round R;
+	// R is 0 in output without "# round:" markers), so that a ratio
+	// compares engines measured side by side in one round.
+	rounds map[string]result
 }
 
 func main() {
@@ -159,12 +164,21 @@ func main() {
 
 var lineRE = regexp.MustCompile(`^BenchmarkPeers/workload=([^/]+)/engine=([a-z-]+?)(?:-\d+)?\s+(\d+)\s+(.*)$`)
 
-// parse returns results by workload then engine; repeated lines (-count)
-// are reduced to their median.
+var roundRE = regexp.MustCompile(`^# round: (\d+) of \d+$`)
+
+// parse returns results by workload then engine; repeated lines (rounds,
+// -count) are reduced to their median, which keeps them all in rounds.
 func parse(raw []byte) map[string]map[string]result {
 	all := map[string]map[string][]result{}
+	round := 0
+	seen := map[string]int{} // lines of a workload and engine in this round
 	sc := bufio.NewScanner(bytes.NewReader(raw))
 	for sc.Scan() {
+		if m := roundRE.FindStringSubmatch(strings.TrimSpace(sc.Text())); m != nil {
+			round, _ = strconv.Atoi(m[1])
+			clear(seen)
+			continue
+		}
 		m := lineRE.FindStringSubmatch(strings.TrimSpace(sc.Text()))
 		if m == nil {
 			continue
@@ -181,17 +195,35 @@ func parse(raw []byte) map[string]map[string]result {
 		if all[m[1]] == nil {
 			all[m[1]] = map[string][]result{}
 		}
+		we := m[1] + " " + m[2]
+		seen[we]++
+		r.rounds = map[string]result{fmt.Sprintf("%d.%d", round, seen[we]): {n: r.n, metrics: r.metrics}}
 		all[m[1]][m[2]] = append(all[m[1]][m[2]], r)
 	}
 	out := map[string]map[string]result{}
 	for w, es := range all {
 		out[w] = map[string]result{}
 		for e, rs := range es {
+			byRound := map[string]result{}
+			for _, r := range rs {
+				for k, v := range r.rounds {
+					byRound[k] = v
+				}
+			}
 			sort.Slice(rs, func(i, j int) bool { return rs[i].metrics["ns/op"] < rs[j].metrics["ns/op"] })
-			out[w][e] = rs[len(rs)/2]
+			med := rs[len(rs)/2]
+			med.rounds = byRound
+			out[w][e] = med
 		}
 	}
 	return out
+}
+
+// median returns the middle of vs (for an even count the lower middle one:
+// for a ratio, kdb's worse). It sorts vs.
+func median(vs []float64) float64 {
+	sort.Float64s(vs)
+	return vs[(len(vs)-1)/2]
 }
 
 func isWrite(w string) bool { return strings.HasPrefix(w, "write-") }
@@ -223,22 +255,37 @@ func human(v float64) string {
 }
 
 // ratio is how many times better kdb is than engine e on workload w
-// (writes: kdb ops/s ÷ e ops/s; times: e time ÷ kdb time).
+// (writes: kdb ops/s ÷ e ops/s; times: e time ÷ kdb time): the median of
+// the ratios within each round that measured both, never one engine's
+// round against another's (the medians of the two engines' figures can
+// come from different rounds, and their ratio from none).
 func ratio(res map[string]map[string]result, w, e string) (float64, bool) {
 	k, kok := res[w]["kdb"]
 	r, ok := res[w][e]
 	if !kok || !ok {
 		return 0, false
 	}
-	kv, _ := figure(w, k)
-	ev, _ := figure(w, r)
-	if kv == 0 || ev == 0 {
+	var rs []float64
+	for key, kr := range k.rounds {
+		er, ok := r.rounds[key]
+		if !ok {
+			continue
+		}
+		kv, _ := figure(w, kr)
+		ev, _ := figure(w, er)
+		if kv == 0 || ev == 0 {
+			continue
+		}
+		if isWrite(w) {
+			rs = append(rs, kv/ev)
+		} else {
+			rs = append(rs, ev/kv)
+		}
+	}
+	if len(rs) == 0 {
 		return 0, false
 	}
-	if isWrite(w) {
-		return kv / ev, true
-	}
-	return ev / kv, true
+	return median(rs), true
 }
 
 // A target of the issue: kdb's ratio to peer on workload at least min.
@@ -284,15 +331,35 @@ var targets = []target{
 // fdatasync, so none can pass the bound: when 2x Pebble is above it the
 // target cannot be met in that run.
 func write16Bound(res map[string]map[string]result) string {
-	bound := res[boundWorkload][diskEngine].metrics["ops/s"]
-	if bound == 0 {
+	bounds := res[boundWorkload][diskEngine].rounds
+	if len(bounds) == 0 {
 		return "; the disk's bound for 16 writers not measured (no write-16-bound in the run)"
 	}
-	pebble := res["write-16"]["pebble"].metrics["ops/s"]
-	kdb := res["write-16"]["kdb"].metrics["ops/s"]
-	if pebble == 0 || kdb == 0 {
-		return ""
+	// Each round's bound against the same round's engines.
+	var above int
+	var fracs []float64
+	var one [3]float64
+	for key, b := range bounds {
+		bound := b.metrics["ops/s"]
+		pebble := res["write-16"]["pebble"].rounds[key].metrics["ops/s"]
+		kdb := res["write-16"]["kdb"].rounds[key].metrics["ops/s"]
+		if bound == 0 || pebble == 0 || kdb == 0 {
+			continue
+		}
+		if 2*pebble > bound {
+			above++
+		}
+		fracs = append(fracs, kdb/bound)
+		one = [3]float64{bound, pebble, kdb}
 	}
+	switch n := len(fracs); {
+	case n == 0:
+		return ""
+	case n > 1:
+		return fmt.Sprintf("; 2x Pebble above the disk's bound for 16 writers (16 × 16 KiB appends fdatasynced per second, write-16-bound) in %d of %d rounds; kdb = %.2f of the bound (median of the rounds)",
+			above, n, median(fracs))
+	}
+	bound, pebble, kdb := one[0], one[1], one[2]
 	where, verdict := "below", "reachable"
 	switch twice := 2 * pebble; {
 	case twice > bound:
@@ -472,7 +539,7 @@ func table(res map[string]map[string]result, cmds []string, raw []byte, flags st
 	b.WriteString("The benchmark fails unless kdb used its trusted free list (0 pages scanned) and kdb-scan scanned pages. ")
 	runs := "One run"
 	if _, n, ok := strings.Cut(header(raw, "round"), " of "); ok && n != "1" {
-		runs = "Each figure is the median of " + n + " rounds (every round runs every command above; for an even count, the slower middle one)"
+		runs = "Each figure is the median of " + n + " rounds (every round runs every command above; for an even count, the slower middle one), and each ratio the median of the rounds' own ratios (kdb against the peer in the same round; for an even count, kdb's worse middle one), so a ratio need not be the quotient of the two medians shown"
 	}
 	b.WriteString(runs + ", engines alternating within each workload; the machine (2 vCPUs, virtual disk) is shared with other jobs, so figures move by tens of percent between runs.\n")
 	if f := failures(raw); f != "" {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -200,5 +201,39 @@ func TestFailures_ListsFailedBenchmarks(t *testing.T) {
 	}
 	if failures([]byte(sample)) != "" {
 		t.Fatal("failures in a run without any")
+	}
+}
+
+// TestRatio_SideBySideInEachRound: in output of several rounds a ratio is
+// the median of each round's kdb against the same round's peer. It was the
+// quotient of each engine's median figure, which can pair kdb's best round
+// with the peer's worst (an outside reviewer, 2026-12-07: the saved run's
+// write-16 read 2.28x Pebble, "target met", from rounds of 2.91x, 1.99x and
+// 1.20x).
+func TestRatio_SideBySideInEachRound(t *testing.T) {
+	line := func(engine string, ops int) string {
+		return fmt.Sprintf("BenchmarkPeers/workload=write-16/engine=%s-2 2000 %d ns/op %d ops/s\n", engine, 1_000_000_000/ops, ops)
+	}
+	round := func(i, kdb, pebble int) string {
+		return fmt.Sprintf("# round: %d of 3\n", i) + line("kdb", kdb) + line("pebble", pebble)
+	}
+	// Rounds' ratios 1.0, 3.0 and 0.667: their median is 1.0; the
+	// engines' medians (200 and 100) would say 2.0 and the target met.
+	raw := round(1, 100, 100) + round(2, 300, 100) + round(3, 200, 300)
+	res := parse([]byte(raw))
+	if got := res["write-16"]["kdb"].metrics["ops/s"]; got != 200 {
+		t.Fatalf("kdb's median figure %v, want 200", got)
+	}
+	r, ok := ratio(res, "write-16", "pebble")
+	if !ok || r != 1 {
+		t.Fatalf("ratio %v (%v), want 1 (the median of the rounds' ratios)", r, ok)
+	}
+	if l := targetRow(t, raw, targets[4]); !strings.Contains(l, "= 1.00x") || !strings.Contains(l, "**missed**") {
+		t.Fatalf("write-16 target row %q, want 1.00x missed", l)
+	}
+	// An even count: the lower middle ratio.
+	raw4 := raw + strings.Replace(round(4, 500, 100), "of 3", "of 4", 1)
+	if r, _ := ratio(parse([]byte(raw4)), "write-16", "pebble"); r != 1 {
+		t.Fatalf("4 rounds (ratios 0.667, 1, 3, 5): %v, want 1", r)
 	}
 }
