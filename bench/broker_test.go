@@ -21,7 +21,8 @@ import (
 // them out) and ack each one with its own durable Ack. msgs/s is b.N
 // divided by the time of both phases; enqueue-msgs/s and ack-msgs/s time
 // each phase. Concurrent producers and consumers share fsyncs (group
-// commit): fsyncs/msg reports it.
+// commit): journal-fsyncs/call reports it (the journal's fdatasyncs per
+// Send or Ack call, 2·b.N of them).
 func BenchmarkBrokerDrain(b *testing.B) {
 	for _, producers := range []int{1, 16} {
 		b.Run(fmt.Sprintf("producers=%d", producers), func(b *testing.B) {
