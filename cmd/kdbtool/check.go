@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -105,7 +106,7 @@ func checkStore(dir string, stderr io.Writer) (out *checkOut, ioErr error) {
 	if lost {
 		// Say what repair could do: rebuild db.data from a journal that
 		// still begins at db-1.log, else nothing.
-		r, err := repairLostData(dir, false, true, why, nil, stderr)
+		r, err := repairLostData(context.Background(), dir, false, true, why, nil, stderr)
 		if err != nil {
 			return nil, err
 		}

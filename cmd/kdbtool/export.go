@@ -14,6 +14,7 @@ import (
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/broker"
 	"github.com/kdb-project/kdb/vfs"
+	"golang.org/x/sys/unix"
 )
 
 func init() {
@@ -105,11 +106,12 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	fs := newFlags("export", "DIR FILE", stderr)
 	asJSON := fs.Bool("json", false, "print one JSON document")
+	skip := fs.Bool("skip-damaged", false, "read a store whose journal is damaged before its tail as recover --skip-damaged opens it (the warnings list what was skipped)")
 	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
 	}
 	if testHookFlagsParsed != nil {
-		testHookFlagsParsed()
+		testHookFlagsParsed(ctx)
 	}
 	if err := nArgs(fs, "DIR", "FILE"); err != nil {
 		return argsFailed(fs, stdout, err)
@@ -165,11 +167,14 @@ func runExport(args []string, stdout, stderr io.Writer) int {
 		for _, n := range stale {
 			out.Warnings = append(out.Warnings, "removed "+n+", the temporary file of an interrupted export")
 		}
-		db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true})
+		db, err := kdb.Open(dir, &kdb.Options{ReadOnly: true, SkipDamagedJournal: *skip})
 		if err != nil {
 			return out, false, err
 		}
 		defer db.Close()
+		for _, sk := range db.Recovery().Skipped {
+			out.Warnings = append(out.Warnings, "skipped: "+oneLine(sk))
+		}
 		if err := exportStore(ctx, vfs.OS, db, file, out); err != nil {
 			return out, false, err
 		}
@@ -271,7 +276,7 @@ func removeStaleExportTemps(file string) ([]string, error) {
 			continue
 		}
 		p := filepath.Join(dir, e.Name())
-		lk, err := vfs.OS.Lock(p)
+		lk, err := lockExportTemp(p)
 		if err != nil {
 			continue // a running export's, or gone meanwhile
 		}
@@ -299,20 +304,14 @@ func removeStaleExportTemps(file string) ([]string, error) {
 // symlink) with a random name and mode 0600, so nothing planted in the
 // directory (a file.tmp symlink, a foreign file) is ever written through or
 // clobbered; a failed export removes only the file it created. While it is
-// written the export holds the file's lock (vfs.Lock), so that another
+// written the export holds the file's lock (lockExportTemp), so that another
 // export never takes it for the leftover of an interrupted one
 // (removeStaleExportTemps). Once ctx is done (SIGINT), the next write
 // fails with errInterrupted, and the temporary file is removed.
 func exportStore(ctx context.Context, fsys vfs.FS, db *kdb.DB, file string, out *exportOut) error {
 	dir := filepath.Dir(file)
-	f, tmp, err := createExportTemp(fsys, file)
+	f, tmp, lk, err := createExportTemp(fsys, file)
 	if err != nil {
-		return err
-	}
-	lk, err := fsys.Lock(tmp)
-	if err != nil {
-		f.Close()
-		fsys.Remove(tmp)
 		return err
 	}
 	defer lk.Close()
@@ -342,9 +341,14 @@ func exportStore(ctx context.Context, fsys vfs.FS, db *kdb.DB, file string, out 
 }
 
 // createExportTemp creates file's temporary file, exclusively and with mode
-// 0600: exportTempPrefix and random digits, another draw if that name is
-// taken.
-func createExportTemp(fsys vfs.FS, file string) (vfs.File, string, error) {
+// 0600 (exportTempPrefix and random digits, another draw if that name is
+// taken), and takes its lock. Between the create and the lock another
+// export's removeStaleExportTemps may take the new file for a stale one
+// and remove it (or hold its lock to do so): the lock is then refused, or
+// taken on a name that no longer exists, and the file is made again under a
+// new name. A lock that succeeds is on the file the name still holds, which
+// is the one created: only an O_EXCL create makes a file at such a name.
+func createExportTemp(fsys vfs.FS, file string) (vfs.File, string, io.Closer, error) {
 	prefix := filepath.Join(filepath.Dir(file), exportTempPrefix(file))
 	for try := 0; ; try++ {
 		tmp := prefix + strconv.FormatUint(uint64(rand.Uint32()), 10)
@@ -352,8 +356,101 @@ func createExportTemp(fsys vfs.FS, file string) (vfs.File, string, error) {
 		if errors.Is(err, os.ErrExist) && try < 100 {
 			continue
 		}
-		return f, tmp, err
+		if err != nil {
+			return nil, tmp, nil, err
+		}
+		if testHookExportCreated != nil {
+			testHookExportCreated(tmp)
+		}
+		lk, err := lockExportTemp(tmp)
+		if err == nil {
+			return f, tmp, lk, nil
+		}
+		f.Close()
+		if !errors.Is(err, errTempTaken) || try >= 100 {
+			fsys.Remove(tmp)
+			return nil, tmp, nil, err
+		}
 	}
+}
+
+// errTempTaken: an export's temporary file was removed, or is being
+// removed, by another export, which took it for a stale one.
+var errTempTaken = errors.New("the temporary file was taken by another export")
+
+// testHookExportCreated, if set (by tests only), runs once an export has
+// created its temporary file, before it locks it.
+var testHookExportCreated func(tmp string)
+
+// lockExportTemp takes the lock of the export temporary file tmp: an
+// exclusive flock, never waiting, on a descriptor of tmp opened without
+// O_CREATE (a lock never makes a file). It fails with errTempTaken if tmp
+// is gone, is locked (by its export, or by another's
+// removeStaleExportTemps), or no longer names the file locked (removed
+// meanwhile).
+func lockExportTemp(tmp string) (io.Closer, error) {
+	f, err := os.OpenFile(tmp, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%w: %s: %w", errTempTaken, tmp, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	lk := flockCloser{f}
+	if err := flock(f, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s is locked", errTempTaken, tmp)
+		}
+		return nil, fmt.Errorf("lock %s: %w", tmp, err)
+	}
+	held, err := f.Stat()
+	if err == nil {
+		var named os.FileInfo
+		if named, err = os.Lstat(tmp); err == nil && !os.SameFile(held, named) {
+			err = fmt.Errorf("%w: %s was replaced", errTempTaken, tmp)
+		}
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		err = fmt.Errorf("%w: %s: %w", errTempTaken, tmp, err)
+	}
+	if err != nil {
+		lk.Close()
+		return nil, err
+	}
+	return lk, nil
+}
+
+// flock runs flock(2) on f.
+func flock(f *os.File, how int) error {
+	c, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ferr error
+	if err := c.Control(func(fd uintptr) {
+		for {
+			if ferr = unix.Flock(int(fd), how); ferr != unix.EINTR {
+				return
+			}
+		}
+	}); err != nil {
+		return err
+	}
+	return ferr
+}
+
+// flockCloser releases its file's flock and closes it. The unlock comes
+// first: a child forked meanwhile holds a copy of the descriptor until its
+// exec, and the lock would live as long as it (vfs.OS's locks do the same).
+type flockCloser struct{ f *os.File }
+
+func (l flockCloser) Close() error {
+	err := flock(l.f, unix.LOCK_UN)
+	if cerr := l.f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // appendWriter writes to f, each Write after the last.
@@ -427,7 +524,14 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	// renames it into place once it is whole and closed (its Close's
 	// checkpoint syncs the journal): a failed, killed or crashed import
 	// leaves no DIR, and the next import removes its leftover.
-	rep, err := kdb.Import(dir, ctxReader{ctx, f}, &kdb.Options{Sync: kdb.UnsafeSyncNever})
+	// The store being built carries a mark (importMark) until just before
+	// it is renamed into place: a staging directory a kill leaves beside
+	// DIR is refused by every kdbtool command, never taken for a store.
+	target, err := importPath(dir)
+	var rep *kdb.ExportReport
+	if err == nil {
+		rep, err = kdb.Import(target, ctxReader{ctx, f}, &kdb.Options{Sync: kdb.UnsafeSyncNever, FS: &markImportFS{FS: vfs.OS, target: target}})
+	}
 	warnings := []string{}
 	if rep != nil && rep.StaleRemoved > 0 {
 		warnings = append(warnings, fmt.Sprintf("removed what %d interrupted import(s) into %s left (%s)",
@@ -475,4 +579,119 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	fmt.Fprintf(stdout, "imported %s into %s: %d trees, %d keys; %d indexes, %d destinations, %d subscriptions, %d messages, %d prepared transactions\n",
 		file, dir, out.Trees, out.Keys, out.Indexes, out.Destinations, out.Subscriptions, out.Messages, out.Prepared)
 	return exitOK
+}
+
+// importMark is the file a store kdbtool import is building holds until it
+// is complete: a staging directory (.DIR.import-...) that a killed import
+// left holds part of the snapshot at most, and kdbtool refuses it
+// (storeExists) rather than call it a healthy store. Written before any
+// file of the store, removed (durably) just before the rename that puts
+// the store in place.
+const importMark = "KDBTOOL-IMPORT-UNFINISHED"
+
+// errUnfinishedImport: the directory holds importMark.
+var errUnfinishedImport = errors.New("an unfinished import")
+
+// markImportFS is the OS file system for kdb.Import into target, which
+// adds importMark to the store it builds: at the first file it opens in
+// its staging directory (where the store is created, db.data first),
+// and removes it at the rename of that directory to target.
+type markImportFS struct {
+	vfs.FS
+	target string
+	marked string // the staging directory marked, "" until then
+}
+
+// staging reports whether dir is a staging directory of an import into
+// target (kdb.Import's name for it: .BASE.import- and hex digits).
+func (m *markImportFS) staging(dir string) bool {
+	prefix := "." + filepath.Base(m.target) + ".import-"
+	return filepath.Dir(dir) == filepath.Dir(m.target) && strings.HasPrefix(filepath.Base(dir), prefix) &&
+		len(filepath.Base(dir)) > len(prefix)
+}
+
+func (m *markImportFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	if dir := filepath.Dir(name); m.marked == "" && m.staging(dir) {
+		mark := filepath.Join(dir, importMark)
+		msg := "This directory holds a store that kdbtool import was building and never finished (killed or failed): it holds part of the snapshot at most. Delete the directory and import again.\n"
+		if err := writeSynced(mark, []byte(msg)); err != nil {
+			return nil, fmt.Errorf("marking %s as an unfinished import: %w", dir, err)
+		}
+		if err := m.FS.SyncDir(dir); err != nil {
+			return nil, fmt.Errorf("marking %s as an unfinished import: %w", dir, err)
+		}
+		m.marked = dir
+	}
+	return m.FS.OpenFile(name, flag, perm)
+}
+
+func (m *markImportFS) Rename(oldname, newname string) error {
+	if oldname == m.marked && m.marked != "" && newname == m.target {
+		// INVARIANT: Import renames its staging directory to target only
+		// once the store in it is complete and closed.
+		if err := m.FS.Remove(filepath.Join(oldname, importMark)); err != nil {
+			return fmt.Errorf("removing the mark of an unfinished import from %s: %w", oldname, err)
+		}
+		if err := m.FS.SyncDir(oldname); err != nil {
+			return err
+		}
+	}
+	return m.FS.Rename(oldname, newname)
+}
+
+// LockDir keeps the lock of a store's directory (vfs.LockStore) that
+// vfs.OS takes.
+func (m *markImportFS) LockDir(dir string) (vfs.Locker, error) {
+	return m.FS.(vfs.DirLocker).LockDir(dir)
+}
+
+// writeSynced creates (or truncates) name with b and fsyncs it.
+func writeSynced(name string, b []byte) error {
+	w, err := os.OpenFile(name, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	if err == nil {
+		err = w.Sync()
+	}
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// importPath is dir as kdb.Import takes it on vfs.OS, which it does not
+// with the file system of markImportFS: a symbolic link stands for the
+// directory it points to, the name is absolute, and the links in its
+// nearest existing parent are resolved (so that Import sees a parent that
+// is, through a link, a store's directory).
+func importPath(dir string) (string, error) {
+	if st, err := os.Lstat(dir); err == nil && st.Mode()&os.ModeSymlink != 0 {
+		real, err := filepath.EvalSymlinks(dir)
+		if err != nil {
+			return "", fmt.Errorf("%w: Import: %s is a symbolic link to nothing (%v): name a new directory, or make the one it names", kdb.ErrInvalid, dir, err)
+		}
+		dir = real
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	d, rest := filepath.Dir(abs), filepath.Base(abs)
+	for {
+		if st, err := os.Stat(d); err == nil && st.IsDir() {
+			break
+		}
+		up := filepath.Dir(d)
+		if up == d {
+			return abs, nil
+		}
+		d, rest = up, filepath.Join(filepath.Base(d), rest)
+	}
+	real, err := filepath.EvalSymlinks(d)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(real, rest), nil
 }

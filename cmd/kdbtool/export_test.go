@@ -338,3 +338,60 @@ func TestExportStore_SyncsFileThenRenameThenDirectory(t *testing.T) {
 		t.Fatal("the snapshot does not import to the store it was taken of")
 	}
 }
+
+// TestExport_TempTakenBeforeItsLock: an export created its temporary file
+// and only then locked it; another export's removal of stale temporary
+// files could come in between (two exports to one FILE at once). It
+// removed the new file as unlocked, and the first export's lock then
+// created an empty file at that name, which it renamed over FILE: FILE was
+// left empty by an export that exited 0. Or it held the file's lock just
+// then, and the export failed with ErrLocked. Here that other export's
+// removal (or its lock) comes exactly in between (a hook): the export makes
+// its file again under a new name, and FILE is a whole snapshot.
+func TestExport_TempTakenBeforeItsLock(t *testing.T) {
+	src := makeStore(t, 300)
+	want := storeContent(t, src)
+	for _, how := range []string{"removed", "locked"} {
+		out := t.TempDir()
+		file := filepath.Join(out, "snap.kdbx")
+		calls := 0
+		testHookExportCreated = func(tmp string) {
+			if filepath.Dir(tmp) != out {
+				return
+			}
+			calls++
+			if calls > 1 {
+				return
+			}
+			if how == "removed" {
+				// Another export, starting: the new file is not locked yet.
+				if removed, err := removeStaleExportTemps(file); err != nil || len(removed) != 1 {
+					t.Errorf("the other export removed %v (%v), want the new temporary file", removed, err)
+				}
+				return
+			}
+			// Another export holds its lock, about to remove it.
+			lk, err := vfs.OS.Lock(tmp)
+			if err != nil {
+				t.Errorf("locking %s: %v", tmp, err)
+				return
+			}
+			t.Cleanup(func() { os.Remove(tmp); lk.Close() })
+		}
+		code, _, errs := runTool(t, "export", src, file)
+		testHookExportCreated = nil
+		if code != exitOK {
+			t.Fatalf("%s: export: exit %d: %s", how, code, errs)
+		}
+		if calls != 2 {
+			t.Errorf("%s: the export created %d temporary files, want 2 (the second after the first was taken)", how, calls)
+		}
+		dst := filepath.Join(t.TempDir(), "copy")
+		if code, _, errs := runTool(t, "import", file, dst); code != exitOK {
+			t.Fatalf("%s: import of FILE: exit %d: %s", how, code, errs)
+		}
+		if storeContent(t, dst) != want {
+			t.Fatalf("%s: FILE does not import to the store", how)
+		}
+	}
+}

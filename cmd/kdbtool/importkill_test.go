@@ -57,6 +57,30 @@ func TestImport_KilledLeavesNoStore(t *testing.T) {
 	if code, out, _ := runTool(t, "check", dst); code == exitOK || strings.Contains(out, "ok\n") {
 		t.Errorf("check of the killed import's DIR: exit %d\n%s", code, out)
 	}
+	// The leftover holds a partial store, which check called "ok" (the
+	// keys not yet read were simply absent): every command refuses it as
+	// an unfinished import, and changes nothing in it.
+	before := fileStates(t, left[0])
+	for _, args := range [][]string{{"check"}, {"inspect"}, {"dump", "--index", "users"}, {"recover"}, {"repair"}, {"repair", "--apply"},
+		{"export", "EXPORT"}, {"verify", "--read-only", "--index", "users", "--acked", "ACKED"}} {
+		args := append([]string{args[0], left[0]}, args[1:]...)
+		for i, a := range args {
+			switch a {
+			case "EXPORT":
+				args[i] = filepath.Join(t.TempDir(), "x.kdbx")
+			case "ACKED":
+				args[i] = filepath.Join(t.TempDir(), "acked")
+				if err := os.WriteFile(args[i], []byte("user-00001\n"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		if code, out, errs := runTool(t, args...); code != exitProblems || !strings.Contains(out+errs, "is an unfinished import") ||
+			!strings.Contains(out+errs, "delete the directory and import again") {
+			t.Errorf("%v of a killed import's leftover: exit %d, want 1 refusing an unfinished import:\n%s%s", args[:1], code, out, errs)
+		}
+	}
+	requireUntouched(t, "the commands on the leftover", before, fileStates(t, left[0]))
 
 	code, m := runJSON(t, "import", "--json", file, dst)
 	if code != exitOK {

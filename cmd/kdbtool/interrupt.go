@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/signal"
@@ -31,6 +32,18 @@ func onInterrupt() (context.Context, func()) {
 	ctx, stop := signal.NotifyContext(context.Background(), sigs...)
 	context.AfterFunc(ctx, stop)
 	return ctx, stop
+}
+
+// stopReadOnly makes the first SIGINT or SIGTERM (ctx done) end a command
+// that writes nothing at once: it prints that the command was interrupted
+// and what (why: nothing was changed), and exits 130. The command calls
+// the function it returns before it returns (before onInterrupt's stop,
+// which cancels ctx too).
+func stopReadOnly(ctx context.Context, name, why string, stderr io.Writer) (release func() bool) {
+	return context.AfterFunc(ctx, func() {
+		fmt.Fprintf(stderr, "kdbtool %s: %s: %s\n", name, errInterrupted, why)
+		os.Exit(exitInterrupted)
+	})
 }
 
 // ctxWriter writes to w until ctx is done, then fails with errInterrupted.
@@ -64,7 +77,8 @@ func (c ctxReader) Read(p []byte) (int, error) {
 }
 
 // testHookFlagsParsed, if set (by tests only: TestMain sets it in a child
-// process), is called by export and stress once their flags are parsed,
-// before their checks: a signal sent while it runs must be handled as one
-// during the run.
-var testHookFlagsParsed func()
+// process), is called by export, stress, verify, recover and repair once
+// their flags are parsed,
+// before their checks, with the context onInterrupt gave them: a signal
+// sent while it runs must be handled as one during the run.
+var testHookFlagsParsed func(ctx context.Context)

@@ -155,3 +155,59 @@ func signalWhenPaused(t *testing.T, args []string, pauses, paused string, sig os
 	_ = cmd.Wait()
 	return cmd.ProcessState.ExitCode(), said.String()
 }
+
+// TestInterrupt_RepairRecoverVerify: repair, recover and verify had no
+// handling of SIGINT or SIGTERM: a signal killed them (exit 130 or 143 by
+// the shell), silently, wherever they were; repair --apply --rebuild-index
+// so left a store without db.data. Each now stops at a safe point with exit
+// 130 and says what it changed: before it opens (or changes) the store,
+// nothing; recover and a writable verify once their open has run to its
+// end, that recovery ran and the store is closed; repair --apply once its
+// .broken copies are made, that the store is as it was.
+func TestInterrupt_RepairRecoverVerify(t *testing.T) {
+	t.Parallel()
+	src := makeStore(t, 300)
+	acked := filepath.Join(t.TempDir(), "acked")
+	if err := os.WriteFile(acked, []byte("user-00001\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args   []string // DIR is appended
+		pauses string
+		paused string
+		said   string // what the message must say
+		stale  bool   // the store's db.free is made stale first, for repair --apply to rebuild
+		same   bool   // the page-file files must be as they were
+	}{
+		{[]string{"recover"}, "KDBTOOL_TEST_PAUSE_FLAGS=1", pausedFlags, "before the store was opened: nothing was changed", false, true},
+		{[]string{"recover"}, "KDBTOOL_TEST_PAUSE_OPEN=1", pausedOpen, "recovery ran to its end and the store was closed", false, false},
+		{[]string{"verify", "--acked", acked, "--index", "users"}, "KDBTOOL_TEST_PAUSE_FLAGS=1", pausedFlags, "before the store was opened: nothing was changed", false, true},
+		{[]string{"verify", "--read-only", "--acked", acked, "--index", "users"}, "KDBTOOL_TEST_PAUSE_FLAGS=1", pausedFlags, "nothing was changed", false, true},
+		{[]string{"verify", "--acked", acked, "--index", "users"}, "KDBTOOL_TEST_PAUSE_OPEN=1", pausedOpen, "is closed; nothing else was changed", false, false},
+		{[]string{"repair"}, "KDBTOOL_TEST_PAUSE_FLAGS=1", pausedFlags, "nothing was changed", true, true},
+		{[]string{"repair", "--apply"}, "KDBTOOL_TEST_PAUSE_FLAGS=1", pausedFlags, "before the repair began: nothing was changed", true, true},
+		{[]string{"repair", "--apply"}, "KDBTOOL_TEST_PAUSE_REPAIR=saved", pausedRepairing, "the repair stopped before it changed the store, which is as it was (the .broken copies made: ", true, true},
+	} {
+		for _, sig := range interruptSignals(t) {
+			dir := filepath.Join(t.TempDir(), "store")
+			if err := copyDir(src, dir); err != nil {
+				t.Fatal(err)
+			}
+			if c.stale {
+				staleFree(t, dir)
+			}
+			want := storeContent(t, dir)
+			before := pageFiles(t, dir)
+			code, said := signalWhenPaused(t, append(append([]string{}, c.args...), dir), c.pauses, c.paused, sig)
+			if code != exitInterrupted || !strings.Contains(said, "interrupted") || !strings.Contains(said, c.said) {
+				t.Errorf("%v %s: exit %d, stderr %q; want %d, 'interrupted' and %q", c.args, c.pauses, code, said, exitInterrupted, c.said)
+			}
+			if c.same {
+				requireUntouched(t, strings.Join(c.args, " ")+" interrupted", before, pageFiles(t, dir))
+			}
+			if got := storeContent(t, dir); got != want {
+				t.Errorf("%v %s: the store differs after the interrupt", c.args, c.pauses)
+			}
+		}
+	}
+}

@@ -21,6 +21,14 @@ import (
 // stderr, with the name, when it stops in the middle of a .broken copy.
 const pausedSaving = "test: paused saving"
 
+// pausedOpen is what a child with KDBTOOL_TEST_PAUSE_OPEN=1 prints on
+// stderr once recover (or a writable verify) has the store open.
+const pausedOpen = "test: paused with the store open"
+
+// pausedRepairing is what a child with KDBTOOL_TEST_PAUSE_REPAIR=STEP prints
+// on stderr, with STEP, once repair --apply has done that step.
+const pausedRepairing = "test: paused repairing after"
+
 // TestMain lets a test run the test binary as kdbtool itself (for tests
 // that must SIGKILL a real process): KDBTOOL_TEST_MAIN=1 makes it main.
 func TestMain(m *testing.M) {
@@ -65,7 +73,7 @@ func TestMain(m *testing.M) {
 		// failed with EEXIST, exit 98, about once in 20 runs under -race.
 		// So it is tried again until that checkpoint renamed its file.
 		if target := os.Getenv("KDBTOOL_TEST_PLANT_FREE_TMP"); target != "" {
-			testHookBeforeClose = func(dir string) {
+			testHookBeforeClose = func(_ context.Context, dir string) {
 				deadline := time.Now().Add(10 * time.Second)
 				for {
 					err := os.Symlink(target, filepath.Join(dir, "db.free.tmp"))
@@ -88,12 +96,35 @@ func TestMain(m *testing.M) {
 				<-ctx.Done()
 			}
 		}
-		// KDBTOOL_TEST_PAUSE_FLAGS=1: once export or stress has parsed
-		// its flags, say so on stderr and wait until stdin is closed.
+		// KDBTOOL_TEST_PAUSE_FLAGS=1: once export, stress, verify, recover
+		// or repair has parsed its flags, say so on stderr and wait until
+		// stdin is closed and the command was interrupted.
 		if os.Getenv("KDBTOOL_TEST_PAUSE_FLAGS") == "1" {
-			testHookFlagsParsed = func() {
+			testHookFlagsParsed = func(ctx context.Context) {
 				fmt.Fprintln(os.Stderr, pausedFlags)
 				io.Copy(io.Discard, os.Stdin)
+				// The test signalled before it closed stdin: the
+				// command goes on once it took the signal.
+				<-ctx.Done()
+			}
+		}
+		// KDBTOOL_TEST_PAUSE_REPAIR=STEP: once repair --apply has done
+		// STEP (testHookRepairStep), say so on stderr and wait until
+		// interrupted (or killed).
+		if step := os.Getenv("KDBTOOL_TEST_PAUSE_REPAIR"); step != "" {
+			testHookRepairStep = func(ctx context.Context, s string) {
+				if s == step {
+					fmt.Fprintf(os.Stderr, "%s %s\n", pausedRepairing, s)
+					<-ctx.Done()
+				}
+			}
+		}
+		// KDBTOOL_TEST_PAUSE_OPEN=1: once recover (or a writable verify)
+		// has the store open, say so on stderr and wait until interrupted.
+		if os.Getenv("KDBTOOL_TEST_PAUSE_OPEN") == "1" {
+			testHookBeforeClose = func(ctx context.Context, _ string) {
+				fmt.Fprintln(os.Stderr, pausedOpen)
+				<-ctx.Done()
 			}
 		}
 		os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))

@@ -78,7 +78,7 @@ func isCorrupt(err error) bool {
 
 // exitFor maps an error to an exit code: 1 for corruption, 3 otherwise.
 func exitFor(err error) int {
-	if isCorrupt(err) {
+	if isCorrupt(err) || errors.Is(err, errUnfinishedImport) {
 		return exitProblems
 	}
 	return exitIO
@@ -225,6 +225,10 @@ func errLine(err error) string { return oneLine(errString(err)) }
 // a damaged store too, ErrCorrupt (exit 1) for every subcommand, and is
 // never opened (a FIFO's open would block).
 func storeExists(dir string) error {
+	if _, err := os.Lstat(filepath.Join(dir, importMark)); err == nil {
+		return fmt.Errorf("%s is %w (it holds %s): the store kdbtool import was building when it was killed or failed, part of the snapshot at most; delete the directory and import again",
+			dir, errUnfinishedImport, importMark)
+	}
 	st, err := os.Stat(filepath.Join(dir, "db.data"))
 	if err == nil {
 		return dataFileKind(dir, st)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -73,9 +74,21 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
 	}
+	// ctrl-C (or SIGTERM) while recovery runs: the open goes on to its end
+	// (stopped halfway, the next open would recover again), then the store
+	// is closed and recover stops, exit 130.
+	ctx, stop := onInterrupt()
+	defer stop()
+	if testHookFlagsParsed != nil {
+		testHookFlagsParsed(ctx)
+	}
 	dir, err := oneArg(fs)
 	if err != nil {
 		return argsFailed(fs, stdout, err)
+	}
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%w before the store was opened: nothing was changed", errInterrupted)
+		return failed(stdout, stderr, "recover", *asJSON, "", err, exitInterrupted)
 	}
 	err = storeExists(dir)
 	var db *kdb.DB
@@ -86,7 +99,7 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 		return failed(stdout, stderr, "recover", *asJSON, "", err, exitFor(err))
 	}
 	if testHookBeforeClose != nil {
-		testHookBeforeClose(dir)
+		testHookBeforeClose(ctx, dir)
 	}
 	// Close waits for the checkpoint recovery asked for (or takes one), so
 	// the report read after it says whether and how long.
@@ -94,6 +107,10 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 		return failed(stdout, stderr, "recover", *asJSON, "close: ", err, exitIO)
 	}
 	rep := db.Recovery()
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%w: recovery ran to its end and the store was closed (checkpointed); its report was not printed: kdbtool inspect %s shows the store", errInterrupted, dir)
+		return failed(stdout, stderr, "recover", *asJSON, "", err, exitInterrupted)
+	}
 	if *asJSON {
 		return writeJSON(stdout, recoveryJSON(rep))
 	}
@@ -103,5 +120,5 @@ func runRecover(args []string, stdout, stderr io.Writer) int {
 
 // testHookBeforeClose, if set (by tests only: TestMain sets it in a child
 // process), runs once recover (or a writable verify) has the store open,
-// before its Close.
-var testHookBeforeClose func(dir string)
+// before its Close, with the context onInterrupt gave it.
+var testHookBeforeClose func(ctx context.Context, dir string)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -74,20 +75,35 @@ func runRepair(args []string, stdout, stderr io.Writer) int {
 	if code := parseFlags(fs, args, stdout); code >= 0 {
 		return code
 	}
+	// ctrl-C (or SIGTERM): --apply stops at its next safe point (stepDone,
+	// carryOut) and says what it changed; a dry run writes nothing and
+	// stops at once.
+	ctx, stop := onInterrupt()
+	defer stop()
+	if !*apply {
+		defer stopReadOnly(ctx, "repair", "a dry run: nothing was changed", stderr)()
+	}
+	if testHookFlagsParsed != nil {
+		testHookFlagsParsed(ctx)
+	}
 	dir, err := oneArg(fs)
 	if err != nil {
 		return argsFailed(fs, stdout, err)
 	}
+	if ctx.Err() != nil {
+		err = fmt.Errorf("%w before the repair began: nothing was changed", errInterrupted)
+		return failed(stdout, stderr, "repair", *asJSON, "", err, exitInterrupted)
+	}
 	var out *repairOut
 	if *apply {
-		out, err = repairStore(dir, true, *rebuild, stderr)
+		out, err = repairStore(ctx, dir, true, *rebuild, stderr)
 	} else {
 		// A dry run takes no lock and writes nothing: like check, it may
 		// read a store another process writes and checkpoints, and a run
 		// that raced with a checkpoint or journal GC is repeated
 		// (retryLive) rather than reported as damage.
 		out, err = retryLive(dir, func() (*repairOut, bool, error) {
-			out, err := repairStore(dir, false, *rebuild, stderr)
+			out, err := repairStore(ctx, dir, false, *rebuild, stderr)
 			return out, out != nil && err == nil && out.OK, err
 		})
 	}
@@ -104,6 +120,9 @@ func runRepair(args []string, stdout, stderr io.Writer) int {
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "kdbtool repair: %s\n", errLine(err))
+		if errors.Is(err, errInterrupted) {
+			return exitInterrupted
+		}
 		return exitFor(err)
 	}
 	if !out.OK {
@@ -121,7 +140,7 @@ var errRefused = errors.New("refused")
 // writes any file, and holds it until the store is closed again: on a live
 // store it returns ErrLocked having touched nothing, and no writer can open
 // the store while files are moved aside.
-func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut, error) {
+func repairStore(ctx context.Context, dir string, apply, rebuild bool, stderr io.Writer) (*repairOut, error) {
 	var fsys vfs.FS = vfs.OS
 	if apply {
 		lk, lfs, err := lockStore(dir)
@@ -132,7 +151,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		fsys = lfs
 	}
 	if lost, why := dataLost(dir); lost {
-		return repairLostData(dir, apply, rebuild, why, fsys, stderr)
+		return repairLostData(ctx, dir, apply, rebuild, why, fsys, stderr)
 	}
 	// A name of the page file's that is not a regular file (a directory,
 	// a FIFO) holds nothing of the store, and an open refuses it: it is
@@ -159,7 +178,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		if !apply {
 			continue
 		}
-		dst, err := saveBroken(p, true)
+		dst, err := saveBroken(ctx, p, true)
 		if err != nil {
 			return nil, err
 		}
@@ -178,7 +197,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		// db.data's header or meta slots cannot be read (or the db.redo
 		// Open would apply contradicts them): only the journal can
 		// rebuild it, as when db.data is lost.
-		return repairLostData(dir, apply, rebuild, err, fsys, stderr)
+		return repairLostData(ctx, dir, apply, rebuild, err, fsys, stderr)
 	}
 	if err != nil {
 		return nil, err
@@ -307,7 +326,9 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 		out.Unfixable = append(out.Unfixable, in.jerr.Error())
 	case in.jerr != nil:
 		out.Unfixable = append(out.Unfixable, "the journal is damaged before its tail: "+in.jerr.Error()+
-			" (kdbtool recover --skip-damaged opens the store accepting the loss)")
+			" (kdbtool recover --skip-damaged opens the store accepting the loss, for that open only: while the damage stays in the journal,"+
+			" every later open needs it too (the application's Options.SkipDamagedJournal); for a store that opens as any other,"+
+			" kdbtool export --skip-damaged DIR FILE and kdbtool import FILE NEWDIR)")
 	}
 	if in.jerr == nil && in.Journal.TornBeforeReplay && len(out.Unfixable) == 0 {
 		// The plan cuts the journal there (with --rebuild-index: the
@@ -325,7 +346,7 @@ func repairStore(dir string, apply, rebuild bool, stderr io.Writer) (*repairOut,
 	if n := len(in.Journal.Segments); n > 0 {
 		lastSeg = in.Journal.Segments[n-1].Name
 	}
-	return carryOut(dir, out, lastSeg, in.PageSize, fsys, stderr)
+	return carryOut(ctx, dir, out, lastSeg, in.PageSize, fsys, stderr)
 }
 
 // tailCut is the action that cuts the journal's tail, if jo has one to
@@ -393,7 +414,8 @@ func dataLinkRefusal(dir string) string {
 // cannot be rebuilt: open it accepting the loss, or else restore it.
 func skipDamagedHint(in *inspectOut) string {
 	if in.serr != nil && isJournalDamage(in.serr) {
-		return "; kdbtool recover --skip-damaged opens the store accepting the loss of what the missing or damaged journal held (its report lists it)"
+		return "; kdbtool recover --skip-damaged opens the store accepting the loss of what the missing or damaged journal held (its report lists it)," +
+			" for that open only; for a store that opens as any other: kdbtool export --skip-damaged DIR FILE, then kdbtool import FILE NEWDIR"
 	}
 	return "; restore the store from a backup"
 }
@@ -409,7 +431,7 @@ func isJournalDamage(err error) bool {
 // damaged; why says which): the index can be rebuilt only from a journal
 // that still begins at db-1.log, and only with --rebuild-index. A damaged
 // db.data is moved aside as .broken with the other page-file files.
-func repairLostData(dir string, apply, rebuild bool, why error, fsys vfs.FS, stderr io.Writer) (*repairOut, error) {
+func repairLostData(ctx context.Context, dir string, apply, rebuild bool, why error, fsys vfs.FS, stderr io.Writer) (*repairOut, error) {
 	out := &repairOut{Dir: dir, Apply: apply, Problems: []problem{{"error", "pagefile", why.Error()}},
 		Actions: []repairAction{}, Unfixable: []string{}, Saved: []string{}}
 	state := "db.data is missing"
@@ -452,65 +474,65 @@ func repairLostData(dir string, apply, rebuild bool, why error, fsys vfs.FS, std
 	if !apply || len(out.Unfixable) > 0 {
 		return out, nil
 	}
-	return carryOut(dir, out, jo.Segments[len(jo.Segments)-1].Name, 0, fsys, stderr)
+	return carryOut(ctx, dir, out, jo.Segments[len(jo.Segments)-1].Name, 0, fsys, stderr)
 }
 
 // carryOut makes the changes out.Actions plan, under the store's lock
 // (fsys shares it with kdb.Open): it saves every file an Open for writing
-// may change (moving the page-file files aside when the index is rebuilt,
-// which starts from an empty db.data of pageSize, 0: the default), opens
-// and closes the store, and re-inspects and re-checks it.
-func carryOut(dir string, out *repairOut, lastSeg string, pageSize int, fsys vfs.FS, stderr io.Writer) (*repairOut, error) {
+// may change, opens and closes the store, and re-inspects and re-checks it.
+// A rebuild of the index (rebuildIndex) replaces the page-file files
+// instead, starting from an empty db.data of pageSize (0: the default).
+//
+// Until the store is opened nothing of it has changed but the .broken
+// copies made beside it: a failure (a full disk while copying), a kill or
+// ctrl-C (ctx; checked between the steps) before that point leaves the
+// store as it was, and the error says so. The open is the repair itself,
+// as safe to kill as any open (the next one recovers); an interrupt during
+// it stops the repair once the store is closed again, before the checks.
+func carryOut(ctx context.Context, dir string, out *repairOut, lastSeg string, pageSize int, fsys vfs.FS, stderr io.Writer) (*repairOut, error) {
 	rebuilding := out.Actions[0].Action == actRebuildIndex
-	// Every file an Open for writing may change: the page-file files and
-	// the last journal segment.
-	files := []string{"db.data", "db.redo", "db.free", "db.free.prev"}
-	if lastSeg != "" {
-		files = append(files, lastSeg)
-	}
-	for _, name := range files {
-		p := filepath.Join(dir, name)
-		st, err := os.Stat(p)
-		if err != nil {
-			if _, lerr := os.Lstat(p); lerr != nil {
-				continue
-			}
-			st = nil // a dangling link: moved aside below
-		}
-		// A name that is not a regular file (a directory, a FIFO, a link
-		// to a device) holds nothing of the store: it is moved aside, not
-		// copied, so the Open below can write the file there.
-		move := rebuilding && strings.HasPrefix(name, "db.") || st == nil || !st.Mode().IsRegular()
-		saved, err := saveBroken(p, move)
-		if err != nil {
-			return out, err
-		}
-		out.Saved = append(out.Saved, filepath.Base(saved))
-	}
-	if err := syncDir(dir); err != nil {
-		return out, err
-	}
 	if rebuilding {
-		// kdb.Open never creates a store over a journal (that would be a
-		// store that lost db.data): the empty page file is made here, and
-		// the Open below replays the whole journal into it.
-		// The new page file takes the store ID the journal's segments
-		// carry (a rebuild replays a journal that begins at db-1.log):
-		// it is their store's, rebuilt, and Open refuses segments of
-		// another store.
-		id, err := journal.SegmentStoreID(fsys, filepath.Join(dir, "db-1.log"))
-		if err != nil {
+		if err := rebuildIndex(ctx, dir, out, lastSeg, pageSize, fsys); err != nil {
 			return out, err
 		}
-		pf, _, err := pagefile.Open(dir, pagefile.Options{FS: fsys, PageSize: pageSize, StoreID: id})
-		if err != nil {
-			return out, err
+	} else {
+		// Every file an Open for writing may change: the page-file files
+		// and the last journal segment.
+		files := []string{"db.data", "db.redo", "db.free", "db.free.prev"}
+		if lastSeg != "" {
+			files = append(files, lastSeg)
 		}
-		if err := pf.Close(); err != nil {
-			return out, err
+		for _, name := range files {
+			p := filepath.Join(dir, name)
+			st, err := os.Stat(p)
+			if err != nil {
+				if _, lerr := os.Lstat(p); lerr != nil {
+					continue
+				}
+				st = nil // a dangling link: moved aside below
+			}
+			// A name that is not a regular file (a directory, a FIFO, a
+			// link to a device) holds nothing of the store: it is moved
+			// aside, not copied, so the Open below can write the file there.
+			move := st == nil || !st.Mode().IsRegular()
+			saved, err := saveBroken(ctx, p, move)
+			if err != nil {
+				return out, unchanged(err, out.Saved)
+			}
+			out.Saved = append(out.Saved, filepath.Base(saved))
+		}
+		if err := syncDir(dir); err != nil {
+			return out, unchanged(err, out.Saved)
+		}
+		if err := stepDone(ctx, "saved"); err != nil {
+			return out, unchanged(err, out.Saved)
 		}
 	}
 	db, err := kdb.Open(dir, &kdb.Options{ForceFreeListScan: true, FS: fsys})
+	if err != nil && rebuilding {
+		err = fmt.Errorf("%w; db.data was replaced by an empty one, which an open rebuilds from the journal (the old files are saved: %s): rerun kdbtool repair --apply --rebuild-index %s once the cause is fixed",
+			err, strings.Join(out.Saved, ", "), dir)
+	}
 	if err != nil {
 		return out, err
 	}
@@ -519,6 +541,9 @@ func carryOut(dir string, out *repairOut, lastSeg string, pageSize int, fsys vfs
 		return out, err
 	}
 	out.Done = true
+	if ctx.Err() != nil {
+		return out, fmt.Errorf("%w: the repair was carried out and the store closed (the report above), but not re-checked: run kdbtool check %s", errInterrupted, dir)
+	}
 	after, err := inspectStore(dir)
 	if err != nil {
 		return out, err
@@ -531,6 +556,182 @@ func carryOut(dir string, out *repairOut, lastSeg string, pageSize int, fsys vfs
 		FreeListMatchesMeta: after.FreeList.MatchesMeta, FreeListFreePages: after.FreeList.FreePages}
 	out.OK = out.After.OK
 	return out, nil
+}
+
+// rebuildTmp is the directory in the store's where a rebuild of the index
+// makes its new, empty db.data before it puts it in place. A kill leaves
+// it; the next rebuild removes it.
+const rebuildTmp = ".rebuild.tmp"
+
+// rebuildIndex replaces the page-file files of the store in dir with an
+// empty db.data, which the Open that follows fills by replaying the whole
+// journal. Everything slow or that may fail for space is done first, while
+// the store is still as it was: the copy of the last journal segment
+// (saved as .broken, as every repair saves it), and the new db.data, made
+// in rebuildTmp and synced there. Then, in a row of renames with nothing
+// in between that can fail for space or take long, db.redo and db.free*
+// are moved aside as .broken, the old db.data is linked as db.data.broken
+// and the new one renamed over it, and the directory is synced. That rename
+// is the commit point: before it the store opens as before; from it on,
+// any open (this repair's, or the next one's after a kill) rebuilds the
+// index from the journal, which is the repair. A failed rename moves the
+// files already moved back, and the error says what state is left.
+func rebuildIndex(ctx context.Context, dir string, out *repairOut, lastSeg string, pageSize int, fsys vfs.FS) error {
+	tmp := filepath.Join(dir, rebuildTmp)
+	if err := os.RemoveAll(tmp); err != nil {
+		return unchanged(err, out.Saved)
+	}
+	if lastSeg != "" {
+		saved, err := saveBroken(ctx, filepath.Join(dir, lastSeg), false)
+		if err != nil {
+			return unchanged(err, out.Saved)
+		}
+		out.Saved = append(out.Saved, filepath.Base(saved))
+	}
+	if err := stepDone(ctx, "copied"); err != nil {
+		return unchanged(err, out.Saved)
+	}
+	// kdb.Open never creates a store over a journal (that would be a
+	// store that lost db.data): the empty page file is made here, and the
+	// Open that follows replays the whole journal into it. It takes the
+	// store ID the journal's segments carry (a rebuild replays a journal
+	// that begins at db-1.log): it is their store's, rebuilt, and Open
+	// refuses segments of another store.
+	err := func() error {
+		id, err := journal.SegmentStoreID(fsys, filepath.Join(dir, "db-1.log"))
+		if err != nil {
+			return err
+		}
+		if err := os.Mkdir(tmp, 0o750); err != nil {
+			return err
+		}
+		// pagefile.Open syncs the new db.data and tmp; tmp's own entry is
+		// synced with dir below.
+		pf, _, err := pagefile.Open(tmp, pagefile.Options{FS: fsys, PageSize: pageSize, StoreID: id})
+		if err != nil {
+			return err
+		}
+		return pf.Close()
+	}()
+	if err == nil {
+		err = stepDone(ctx, "made")
+	}
+	if err != nil {
+		if rerr := os.RemoveAll(tmp); rerr != nil {
+			err = fmt.Errorf("%w (and removing %s: %w)", err, tmp, rerr)
+		}
+		return unchanged(err, out.Saved)
+	}
+	// The swap. db.redo goes before db.data: an old db.redo beside the new
+	// db.data could be applied to it.
+	type move struct{ from, to string }
+	var moves []move
+	linked := "" // db.data's second name, until the new one replaces it
+	undo := func(err error) error {
+		if linked != "" {
+			os.Remove(linked)
+		}
+		for i := len(moves) - 1; i >= 0; i-- {
+			if rerr := os.Rename(moves[i].to, moves[i].from); rerr != nil {
+				return fmt.Errorf("%w; moving %s back to %s failed too (%w): move it back by hand, the store may not open until then", err, moves[i].to, moves[i].from, rerr)
+			}
+		}
+		os.RemoveAll(tmp)
+		return unchanged(err, out.Saved)
+	}
+	for _, name := range []string{"db.redo", "db.free", "db.free.prev"} {
+		p := filepath.Join(dir, name)
+		if _, err := os.Lstat(p); err != nil {
+			continue
+		}
+		dst, err := saveBroken(ctx, p, true)
+		if err != nil {
+			return undo(err)
+		}
+		moves = append(moves, move{p, dst})
+	}
+	data := filepath.Join(dir, "db.data")
+	if st, err := os.Lstat(data); err == nil {
+		dst := brokenName(data)
+		if st.Mode().IsRegular() {
+			// A second name, so that db.data is never missing: the
+			// rename below replaces it in one step.
+			err = os.Link(data, dst)
+			linked = dst
+		} else {
+			err = os.Rename(data, dst) // it holds nothing of the store
+			moves = append(moves, move{data, dst})
+		}
+		if err != nil {
+			if linked != "" {
+				linked = ""
+			} else {
+				moves = moves[:len(moves)-1]
+			}
+			return undo(fmt.Errorf("saving %s as %s: %w", data, filepath.Base(dst), err))
+		}
+	}
+	// The moves made durable before the new db.data appears: after a power
+	// loss the old db.redo is never found beside it.
+	if err := syncDir(dir); err != nil {
+		return undo(err)
+	}
+	if err := os.Rename(filepath.Join(tmp, "db.data"), data); err != nil {
+		return undo(fmt.Errorf("putting the new db.data in place: %w", err))
+	}
+	// Committed.
+	if linked != "" {
+		out.Saved = append(out.Saved, filepath.Base(linked))
+	}
+	for _, m := range moves {
+		out.Saved = append(out.Saved, filepath.Base(m.to))
+	}
+	err = syncDir(dir)
+	if rerr := os.RemoveAll(tmp); err == nil {
+		err = rerr
+	}
+	if err == nil {
+		err = syncDir(dir)
+	}
+	if err != nil {
+		return fmt.Errorf("%w; db.data was replaced by an empty one, which the next open rebuilds from the journal: rerun kdbtool repair --apply --rebuild-index %s", err, dir)
+	}
+	if testHookRepairStep != nil {
+		// From here on an interrupt waits for the Open, which carries
+		// the rebuild out: stopped in between, it would be left to the
+		// next open.
+		testHookRepairStep(ctx, "swapped")
+	}
+	return nil
+}
+
+// unchanged adds to err, which stopped a repair before it changed the
+// store, that the store is as it was, and which .broken copies it saved.
+func unchanged(err error, saved []string) error {
+	what := "no .broken copy was kept"
+	if len(saved) > 0 {
+		what = "the .broken copies made: " + strings.Join(saved, ", ")
+	}
+	return fmt.Errorf("%w; the repair stopped before it changed the store, which is as it was (%s)", err, what)
+}
+
+// testHookRepairStep, if set (by tests only: TestMain sets it in a child
+// that a test kills or interrupts), runs after each step of repair --apply
+// that leaves the store consistent: "saved" (the .broken copies made),
+// "copied" and "made" (a rebuild's copy of the last segment and its new
+// db.data, not yet in place), "swapped" (the new db.data in place).
+var testHookRepairStep func(ctx context.Context, step string)
+
+// stepDone ends a step of repair --apply before its commit point: it runs
+// testHookRepairStep, then returns errInterrupted if ctx is done (SIGINT).
+func stepDone(ctx context.Context, step string) error {
+	if testHookRepairStep != nil {
+		testHookRepairStep(ctx, step)
+	}
+	if ctx.Err() != nil {
+		return errInterrupted
+	}
+	return nil
 }
 
 // lockStore takes the lock of the store in dir (which must be a directory:
@@ -588,19 +789,13 @@ func (nopLocker) Close() error { return nil }
 // saved name, and the directory is fsynced: a .broken file is always a
 // whole copy. On failure the temporary copy is removed and nothing is
 // saved. A move is not synced here; the caller syncs the directory.
-func saveBroken(path string, move bool) (string, error) {
-	dst := path + ".broken"
-	for i := 1; ; i++ {
-		if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
-			break
-		}
-		dst = fmt.Sprintf("%s.broken.%d", path, i)
-	}
+func saveBroken(ctx context.Context, path string, move bool) (string, error) {
+	dst := brokenName(path)
 	if move {
 		return dst, os.Rename(path, dst)
 	}
 	tmp := dst + ".tmp"
-	err := copySynced(path, tmp)
+	err := copySynced(ctx, path, tmp)
 	if err == nil {
 		err = os.Rename(tmp, dst)
 	}
@@ -616,6 +811,18 @@ func saveBroken(path string, move bool) (string, error) {
 	return dst, nil
 }
 
+// brokenName is the name saveBroken saves path as: path.broken, or
+// path.broken.N if that exists.
+func brokenName(path string) string {
+	dst := path + ".broken"
+	for i := 1; ; i++ {
+		if _, err := os.Lstat(dst); errors.Is(err, os.ErrNotExist) {
+			return dst
+		}
+		dst = fmt.Sprintf("%s.broken.%d", path, i)
+	}
+}
+
 // testHookSaving, if set (by tests only: TestMain sets it in a child that
 // a test kills), runs in the middle of saving a .broken copy, once the
 // first part of the copy is written; name is the file being written.
@@ -624,7 +831,7 @@ var testHookSaving func(name string)
 // copySynced copies src to dst (created, or truncated if it exists, mode
 // 0600) and fsyncs dst. On return dst's bytes are durable; its name is
 // not (the caller renames it and syncs the directory).
-func copySynced(src, dst string) error {
+func copySynced(ctx context.Context, src, dst string) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -641,7 +848,7 @@ func copySynced(src, dst string) error {
 	if testHookSaving != nil {
 		testHookSaving(dst)
 	}
-	if _, err := io.Copy(out, in); err != nil {
+	if _, err := io.Copy(out, ctxReader{ctx, in}); err != nil {
 		out.Close()
 		return err
 	}

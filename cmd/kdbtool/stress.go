@@ -134,7 +134,7 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if testHookFlagsParsed != nil {
-		testHookFlagsParsed()
+		testHookFlagsParsed(sigCtx)
 	}
 	// stdout is the list of acknowledged keys: a usage error prints none
 	// (and with --json no document: stderr holds the usage).
@@ -324,6 +324,17 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	if *index == "" {
 		return usageErr(fs, stdout, "--index is empty: name the index stress wrote to")
 	}
+	// ctrl-C (or SIGTERM): --read-only writes nothing and stops at once;
+	// otherwise an open (recovery) goes on to its end, the store is closed
+	// and verify stops, exit 130, reporting nothing of the keys.
+	ctx, stop := onInterrupt()
+	defer stop()
+	if *readOnly {
+		defer stopReadOnly(ctx, "verify", "--read-only: nothing was changed", stderr)()
+	}
+	if testHookFlagsParsed != nil {
+		testHookFlagsParsed(ctx)
+	}
 	f := os.Stdin
 	if *ackedPath != "-" {
 		if f, err = os.Open(*ackedPath); err != nil {
@@ -370,6 +381,10 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		// A store that lost db.data is ErrCorrupt: 1, as for check and recover.
 		return failed(stdout, stderr, "verify", *asJSON, "", err, exitFor(err))
 	}
+	if ctx.Err() != nil {
+		err := fmt.Errorf("%w before the store was opened: nothing was changed", errInterrupted)
+		return failed(stdout, stderr, "verify", *asJSON, "", err, exitInterrupted)
+	}
 	// By default verify opens the store as the application would after a
 	// crash: recovery runs (and is reported on stderr).
 	db, err := kdb.Open(dir, &kdb.Options{ReadOnly: *readOnly})
@@ -391,6 +406,14 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	p := newProgress(stderr, "verified")
 	indexSeen := false // the index is known to be in the store
 	for key := first; key != ""; key = nextKey() {
+		if ctx.Err() != nil {
+			err := fmt.Errorf("%w after %d keys, before the verdict: the store was opened (recovery ran) and is closed; nothing else was changed", errInterrupted, out.Checked)
+			if cerr := db.Close(); cerr != nil {
+				err = fmt.Errorf("%w (close: %w)", err, cerr)
+			}
+			closed = true
+			return failed(stdout, stderr, "verify", *asJSON, "", err, exitInterrupted)
+		}
 		out.Checked++
 		p.add(1)
 		v, err := db.Get(*index, []byte(key))
@@ -433,10 +456,14 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 	// as verified; say so, as recover does.
 	closed = true
 	if testHookBeforeClose != nil && !*readOnly {
-		testHookBeforeClose(dir)
+		testHookBeforeClose(ctx, dir)
 	}
 	if err := db.Close(); err != nil {
 		return failed(stdout, stderr, "verify", *asJSON, "close: ", err, exitIO)
+	}
+	if ctx.Err() != nil {
+		err := fmt.Errorf("%w after all %d keys were checked, before the verdict: the store was opened (recovery ran) and is closed; nothing else was changed", errInterrupted, out.Checked)
+		return failed(stdout, stderr, "verify", *asJSON, "", err, exitInterrupted)
 	}
 	out.OK = len(out.Missing) == 0 && len(out.Mismatched) == 0 && len(out.Damaged) == 0
 	if *asJSON {
