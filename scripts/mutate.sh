@@ -466,6 +466,12 @@ m read-invalid-key-not-found read.go \
 m gc-removed-hint-dropped recovery/recover.go \
   'if from := rep.ReplayFrom; !from.IsZero() && oldest < from.Segment && len(segs) > 0 {' 'if from := rep.ReplayFrom; false && !from.IsZero() && oldest < from.Segment && len(segs) > 0 {' \
   '.' "a store whose journal lost its end after GC removed the segments the checkpoint still names is refused naming only those segments as missing: the operator looks for files GC rightly removed"
+m kdbtool-import-unmarked cmd/kdbtool/export.go \
+  'if dir := filepath.Dir(name); m.marked == "" && m.staging(dir) {' 'if dir := filepath.Dir(name); false && m.marked == "" && m.staging(dir) {' \
+  './cmd/kdbtool' "kdbtool import builds its store without the unfinished-import mark: a killed import's staging directory passes check as a healthy store holding part of the snapshot"
+m kdbtool-repair-no-interrupt cmd/kdbtool/repair.go \
+  $'\t// ctrl-C (or SIGTERM): --apply stops at its next safe point (stepDone,\n\t// carryOut) and says what it changed; a dry run writes nothing and\n\t// stops at once.\n\tctx, stop := onInterrupt()' $'\tctx, stop := context.WithCancel(context.Background())' \
+  './cmd/kdbtool' "repair has no SIGINT/SIGTERM handling: ctrl-C kills it wherever it is, with no word of what it changed"
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
