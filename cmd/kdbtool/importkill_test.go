@@ -62,7 +62,7 @@ func TestImport_KilledLeavesNoStore(t *testing.T) {
 	// an unfinished import, and changes nothing in it.
 	before := fileStates(t, left[0])
 	for _, args := range [][]string{{"check"}, {"inspect"}, {"dump", "--index", "users"}, {"recover"}, {"repair"}, {"repair", "--apply"},
-		{"export", "EXPORT"}, {"verify", "--read-only", "--index", "users", "--acked", "ACKED"}} {
+		{"export", "EXPORT"}, {"verify", "--read-only", "--index", "users", "--acked", "ACKED"}, {"stress", "--count", "10"}} {
 		args := append([]string{args[0], left[0]}, args[1:]...)
 		for i, a := range args {
 			switch a {

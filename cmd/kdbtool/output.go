@@ -225,9 +225,8 @@ func errLine(err error) string { return oneLine(errString(err)) }
 // a damaged store too, ErrCorrupt (exit 1) for every subcommand, and is
 // never opened (a FIFO's open would block).
 func storeExists(dir string) error {
-	if _, err := os.Lstat(filepath.Join(dir, importMark)); err == nil {
-		return fmt.Errorf("%s is %w (it holds %s): the store kdbtool import was building when it was killed or failed, part of the snapshot at most; delete the directory and import again",
-			dir, errUnfinishedImport, importMark)
+	if err := unfinishedImport(dir); err != nil {
+		return err
 	}
 	st, err := os.Stat(filepath.Join(dir, "db.data"))
 	if err == nil {
@@ -245,6 +244,18 @@ func storeExists(dir string) error {
 		}
 	}
 	return fmt.Errorf("%s is not a kdb store: %w", dir, err)
+}
+
+// unfinishedImport refuses dir if it holds importMark: the store a killed
+// or failed kdbtool import left, part of the snapshot at most. Every
+// command checks it first, stress too (which otherwise makes a store in a
+// directory that has none).
+func unfinishedImport(dir string) error {
+	if _, err := os.Lstat(filepath.Join(dir, importMark)); err == nil {
+		return fmt.Errorf("%s is %w (it holds %s): the store kdbtool import was building when it was killed or failed, part of the snapshot at most; delete the directory and import again",
+			dir, errUnfinishedImport, importMark)
+	}
+	return nil
 }
 
 // dataFileKind returns nil if st, the Stat of dir's db.data, is a regular

@@ -182,6 +182,9 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 		}
 		return code
 	}
+	if err := unfinishedImport(dir); err != nil {
+		return fail(err, exitFor(err))
+	}
 	if st, err := os.Stat(filepath.Join(dir, "db.data")); err == nil {
 		if err := dataFileKind(dir, st); err != nil {
 			return fail(err, exitFor(err))
