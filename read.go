@@ -414,11 +414,16 @@ func (s *Snapshot) Exists(index string) (bool, error) {
 }
 
 // Iter returns an iterator over the named index in key order (empty if the
-// index does not exist).
+// index does not exist; an empty or oversized name is ErrInvalid, from
+// Err).
 func (s *Snapshot) Iter(index string) *Iter {
 	s.escaped = true
 	it := &Iter{s: s}
 	if err := s.usable(); err != nil {
+		it.err = err
+		return it
+	}
+	if err := checkIndexName(s.prefix, index); err != nil {
 		it.err = err
 		return it
 	}

@@ -82,6 +82,12 @@ func TestRead_InvalidArgumentsAreErrInvalid(t *testing.T) {
 					if _, err := s.Exists(a.index); !errors.Is(err, wantName) {
 						t.Errorf("Snapshot.Exists: %v, want %v", err, wantName)
 					}
+					it := s.Iter(a.index)
+					for ok := it.First(); ok; ok = it.Next() {
+					}
+					if err := it.Err(); !errors.Is(err, wantName) {
+						t.Errorf("Snapshot.Iter: %v, want %v", err, wantName)
+					}
 					return nil
 				})
 				if err != nil {
