@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"os"
 	"os/exec"
@@ -24,38 +23,11 @@ func pageFiles(t *testing.T, dir string) map[string]string {
 }
 
 // killRepairWhenPaused runs kdbtool args in a child that pauses once repair
-// --apply has done step, and kills it there with SIGKILL. It fails the
-// test if the child never paused.
+// --apply has done step, and kills it there with SIGKILL (a child that
+// never pauses has exited by then: the kill fails the test).
 func killRepairWhenPaused(t *testing.T, args []string, step string) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1", "KDBTOOL_TEST_PAUSE_REPAIR="+step)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer stdin.Close()
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var said strings.Builder
-	sc := bufio.NewScanner(pipe)
-	paused := false
-	for !paused && sc.Scan() {
-		said.WriteString(sc.Text() + "\n")
-		paused = strings.HasPrefix(sc.Text(), pausedRepairing)
-	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	if !paused {
-		t.Fatalf("repair never paused after %q; stderr:\n%s", step, said.String())
-	}
+	signalWhenPaused(t, args, "KDBTOOL_TEST_PAUSE_REPAIR="+step, pausedRepairing, os.Kill)
 }
 
 // TestRepair_RebuildFailedCopyLeavesStoreAsItWas: repair --apply
