@@ -39,9 +39,10 @@ func TestRead_CutSealedSegmentIsCorrupt(t *testing.T) {
 	if err := db.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// k000's value is the first record of db-1.log (offset 64); cut the
+	// k000's value is the first record of db-1.log after the mark of the
+	// store's first checkpoint (offset 64, 32 bytes): at offset 96. Cut the
 	// sealed segment inside that record's 32-byte header.
-	if err := kdbtest.Truncate(mem, "/db/db-1.log", 64+20); err != nil {
+	if err := kdbtest.Truncate(mem, "/db/db-1.log", 96+20); err != nil {
 		t.Fatal(err)
 	}
 	db, err = kdb.Open("/db", opts())
@@ -60,10 +61,10 @@ func TestRead_CutSealedSegmentIsCorrupt(t *testing.T) {
 	if gerr == nil {
 		t.Fatal("Get of a value in a cut segment returned no error")
 	}
-	if !errors.Is(gerr, kdb.ErrCorrupt) || !strings.Contains(gerr.Error(), "db-1.log@64") {
-		t.Errorf("Get: %v, want kdb.ErrCorrupt naming db-1.log@64", gerr)
+	if !errors.Is(gerr, kdb.ErrCorrupt) || !strings.Contains(gerr.Error(), "db-1.log@96") {
+		t.Errorf("Get: %v, want kdb.ErrCorrupt naming db-1.log@96", gerr)
 	}
-	if !errors.Is(cerr, kdb.ErrCorrupt) || !strings.Contains(cerr.Error(), `key "k000" (db-1.log@64)`) {
+	if !errors.Is(cerr, kdb.ErrCorrupt) || !strings.Contains(cerr.Error(), `key "k000" (db-1.log@96)`) {
 		t.Errorf("Check: %v, want kdb.ErrCorrupt listing k000's value", cerr)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/internal/kdbtest"
 	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/vfs"
 )
@@ -243,4 +244,113 @@ func TestOpen_SkipDamagedForgetsUnreferencedSegment(t *testing.T) {
 		t.Error(err)
 	}
 	db.Close()
+}
+
+// A store killed before its first timed checkpoint, whose db-1.log was
+// then lost, is refused naming it (an outside tester's MQTT broker store
+// opened empty: every acknowledged message, session and retained message
+// gone, `kdbtool check` ok). Open takes a new store's first checkpoint
+// itself, so the meta names the journal before anything is acknowledged.
+// Small and large values, and a store whose only segment held nothing.
+func TestOpen_NeverCheckpointedStoreMissingItsFirstSegment(t *testing.T) {
+	for _, size := range []int{0, 10, 2000} {
+		t.Run(fmt.Sprintf("value=%d", size), func(t *testing.T) {
+			mem := vfs.NewCrashableMem()
+			o := segOpts(mem)
+			db, err := kdb.Open("/db", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if size > 0 {
+				for i := range 20 {
+					if err := db.Put("ix", []byte(fmt.Sprintf("k%03d", i)), make([]byte, size)); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			img := mem.CrashClone(vfs.CrashOptions{}) // a power loss, no checkpoint since Open's
+			db.Close()
+			if err := img.Remove("/db/db-1.log"); err != nil {
+				t.Fatal(err)
+			}
+			o.FS = img
+			db, err = kdb.Open("/db", o)
+			if err == nil {
+				_, gerr := db.Get("ix", []byte("k000"))
+				db.Close()
+				t.Fatalf("Open of a store that lost db-1.log succeeded (Get k000: %v)", gerr)
+			}
+			if !errors.Is(err, kdb.ErrCorrupt) || !strings.Contains(err.Error(), "db-1.log is missing") {
+				t.Fatalf("Open: %v, want ErrCorrupt naming db-1.log", err)
+			}
+			// kdbtool check and inspect open read-only.
+			if _, err := kdb.Open("/db", &kdb.Options{FS: img, ReadOnly: true}); !errors.Is(err, kdb.ErrCorrupt) {
+				t.Fatalf("read-only Open: %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
+
+// Another store's db.data put in place of this store's is named as the
+// odd one out: every journal segment agrees on the store the files came
+// from, so the error names db.data (it blamed db-1.log, "of another
+// store"), and SkipDamagedJournal refuses rather than drop the whole
+// journal as damage and serve the foreign index (kdbtool repair advised
+// recover --skip-damaged, which did: an outside tester lost 10 of 50 keys,
+// exit 0). One segment copied in from another store is still that
+// segment's error.
+func TestOpen_AnotherStoresDataFileNamed(t *testing.T) {
+	build := func() *vfs.MemFS {
+		mem := segStore(t, 60, 2000, 20) // several segments, records after the replay position
+		if ids := segIDs(t, mem); len(ids) < 2 {
+			t.Fatalf("segments %v, want two at least", ids)
+		}
+		return mem
+	}
+	mine, theirs := build(), build()
+	copyFile := func(from, to *vfs.MemFS, name string) {
+		b, err := vfs.ReadFile(from, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := vfs.WriteFileAtomic(to, name, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	swapped := mine.Clone()
+	copyFile(theirs, swapped, "/db/db.data")
+	ids := segIDs(t, swapped)
+	last := ids[len(ids)-1]
+	// A segment whose header does not read (zeroed, or an empty file after
+	// the last) decides nothing: it must not let SkipDamagedJournal drop
+	// the rest (an outside tester's store lost every key so, the recovery
+	// checkpoint's GC removing the segments).
+	zeroed := swapped.Clone()
+	if err := kdbtest.ZeroRange(zeroed, "/db/"+last.String(), 0, 64); err != nil {
+		t.Fatal(err)
+	}
+	extra := swapped.Clone()
+	if err := vfs.WriteFileAtomic(extra, "/db/"+(last+1).String(), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, fs := range map[string]*vfs.MemFS{"db.data": swapped, "db.data, last header zeroed": zeroed, "db.data, an empty segment after": extra} {
+		for _, skip := range []bool{false, true} {
+			o := segOpts(fs.Clone())
+			o.SkipDamagedJournal = skip
+			db, err := kdb.Open("/db", o)
+			if err == nil {
+				db.Close()
+				t.Fatalf("%s of another store, SkipDamagedJournal %v: Open succeeded", name, skip)
+			}
+			if !errors.Is(err, kdb.ErrCorrupt) || !strings.Contains(err.Error(), "/db/db.data belongs to store") || !strings.Contains(err.Error(), "every journal segment") {
+				t.Fatalf("%s of another store, SkipDamagedJournal %v: Open: %v, want ErrCorrupt naming db.data", name, skip, err)
+			}
+		}
+	}
+	one := mine.Clone()
+	copyFile(theirs, one, "/db/"+last.String())
+	_, err := kdb.Open("/db", segOpts(one))
+	if !errors.Is(err, kdb.ErrCorrupt) || !strings.Contains(err.Error(), last.String()+"@0") || strings.Contains(err.Error(), "every journal segment") {
+		t.Fatalf("Open with one segment of another store: %v, want ErrCorrupt naming %s", err, last)
+	}
 }

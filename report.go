@@ -12,9 +12,9 @@ type RecoveryReport struct {
 	// metadata), "scanned" (rebuilt by reading every page header) or
 	// "created" (a new store). Reason says why the scan was taken.
 	FreeListPath string
-	Reason       string
-	PagesScanned uint64
-	FreePages    uint64
+	Reason       string // why the free list was scanned ("" if not)
+	PagesScanned uint64 // page headers read by the scan
+	FreePages    uint64 // pages on the free list after recovery
 	// DamagedFreePages counts pages the scan could not read (a checksum
 	// or page-ID mismatch) and the index does not reach: free pages with
 	// damaged bytes, freed again, so the next checkpoint stamps them free.
@@ -31,15 +31,15 @@ type RecoveryReport struct {
 	// scan. It is updated while the store runs: a lie shows when a page is
 	// first used, during replay or later.
 	FreeListLied      bool
-	FreeListLies      uint64
-	FreeListLiedPage  uint64
-	FreeListLieReason string
+	FreeListLies      uint64 // pages listed free that were in use
+	FreeListLiedPage  uint64 // the first of them
+	FreeListLieReason string // what that page held
 	// CheckpointID is the checkpoint the store was opened at.
 	CheckpointID string
 	// RedoApplied reports that db.redo completed an interrupted
 	// checkpoint (RedoPages page images).
 	RedoApplied bool
-	RedoPages   int
+	RedoPages   int // page images db.redo wrote back
 	// RedoIgnored says why a db.redo present was not applied ("" if it
 	// was, or there was none): already applied, incomplete (a crash while
 	// it was written), or not this db.data's (another store's, another
@@ -49,20 +49,22 @@ type RecoveryReport struct {
 
 	// ReplayFrom is the last journal record the checkpoint covered.
 	ReplayFrom      string
-	RecordsReplayed int64
-	BytesReplayed   int64
+	RecordsReplayed int64 // journal records replayed after ReplayFrom
+	BytesReplayed   int64 // their bytes
 	// TornBytesTruncated bytes of a torn journal tail were cut at TornAt.
 	TornBytesTruncated int64
-	TornAt             string
+	TornAt             string // where the torn tail began ("" if none)
 	// Skipped lists journal regions lost to damage (SkipDamagedJournal).
 	Skipped []string
 	// Checkpointed reports that the checkpoint recovery asked for has
-	// completed (CheckpointTime is its duration). Unless
+	// completed (CheckpointTime is its duration). Recovery asks for one
+	// when records were replayed, db.redo applied, the free list rebuilt,
+	// a torn journal tail cut or damage skipped: unless
 	// Options.CheckpointBeforeServing makes Open take it before returning,
-	// it runs in the background as soon as Open returns, when records
-	// were replayed, db.redo applied, the free list rebuilt or a torn
-	// journal tail cut; until then the next crash recovers the same way
-	// again. Close waits for it (or checkpoints itself).
+	// it runs in the background as soon as Open returns, and until then
+	// the next crash recovers the same way again; Close waits for it (or
+	// checkpoints itself). A store never checkpointed (a new one
+	// included) always gets its first checkpoint inside Open.
 	Checkpointed bool
 
 	PageFileTime   time.Duration // meta, redo and free list

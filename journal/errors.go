@@ -11,6 +11,9 @@ var (
 	// ErrCorrupt reports damaged journal bytes: a bad checksum, a broken
 	// chain or batch, an impossible length, a missing or unsealed segment.
 	ErrCorrupt = errors.New("journal: corrupt")
+	// ErrOtherStore (with ErrCorrupt) marks a segment whose header names
+	// another store than Options.StoreID.
+	ErrOtherStore = errors.New("journal: segment of another store")
 	// ErrTornTail is returned by the decoders when a frame runs past the end
 	// of the available bytes. Open turns a torn tail of the last segment into
 	// a truncation; anywhere else it is reported as ErrCorrupt.

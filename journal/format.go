@@ -245,7 +245,7 @@ func (h segHeader) checkStore(want [16]byte, name string) error {
 	if h.store == ([16]byte{}) || want == ([16]byte{}) || h.store == want {
 		return nil
 	}
-	return fmt.Errorf("%w: %s@0: segment of another store (store ID %x; this store's is %x): a file copied in from another store's directory?", ErrCorrupt, name, h.store, want)
+	return fmt.Errorf("%w: %s@0: %w (store ID %x; this store's is %x): a file copied in from another store's directory?", ErrCorrupt, name, ErrOtherStore, h.store, want)
 }
 
 // SegmentStoreID returns the store ID in the header of the segment file

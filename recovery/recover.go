@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/kdb-project/kdb/index"
@@ -203,8 +204,20 @@ func Run(dir string, o Options) (*State, *Report, error) {
 		defer rp.abandon() // on a failure or a panic: the chunk's Update rolls back and its goroutine ends
 		jo.Deliver = rp.deliver
 	}
+	if jo.SkipDamaged {
+		// Skipping every segment as another store's would drop the whole
+		// journal and serve the foreign db.data's index.
+		if err := otherStoresJournal(o.FS, dir, jo.StoreID); err != nil {
+			return fail(err)
+		}
+	}
 	t = time.Now()
 	j, jrep, err := journal.Open(dir, jo)
+	if errors.Is(err, journal.ErrOtherStore) {
+		if oerr := otherStoresJournal(o.FS, dir, jo.StoreID); oerr != nil {
+			err = oerr
+		}
+	}
 	rep.JournalDuration = time.Since(t)
 	if err == nil && rp != nil {
 		// The records' pass is the replay's time, and the journal's the
@@ -255,6 +268,26 @@ func Run(dir string, o Options) (*State, *Report, error) {
 		st.LastApplied, marked = loc, true
 	}
 
+	// Never checkpointed (a new store, or one whose first checkpoint a
+	// crash prevented): the meta's replay position is zero, which also
+	// stands for a crash during the store's creation, after db.data and
+	// before db-1.log was made; so a journal with no segment at all
+	// passes. Once the journal exists, a checkpoint before serving stamps
+	// a replay position in it (a mark after what was replayed), and from
+	// then on a lost db-1.log, or any segment, is ErrCorrupt: nothing
+	// acknowledged is written before the meta names the journal.
+	first := false
+	if !o.ReadOnly && rp != nil && from.IsZero() && o.Checkpoint != nil {
+		if !marked {
+			loc, err := j.Mark()
+			if err != nil {
+				return fail(fmt.Errorf("recovery: journal: a mark for the first checkpoint: %w", err))
+			}
+			st.LastApplied, marked = loc, true
+		}
+		first = true
+	}
+
 	rep.FreeListProof = pf.FreeListProof()
 	rep.NeedsCheckpoint = !o.ReadOnly && (rep.RecordsReplayed > 0 || rep.PageFile.RedoApplied ||
 		rep.PageFile.FreeListPath == pagefile.FreeListScanned || rep.Journal.TornBytesTruncated > 0 ||
@@ -266,7 +299,7 @@ func Run(dir string, o Options) (*State, *Report, error) {
 			return fail(err)
 		}
 	}
-	if rep.NeedsCheckpoint && o.CheckpointBeforeServing {
+	if rep.NeedsCheckpoint && (o.CheckpointBeforeServing || first) {
 		t = time.Now()
 		if err := o.Checkpoint(); err != nil {
 			return fail(fmt.Errorf("recovery: checkpoint after recovery: %w", err))
@@ -369,4 +402,55 @@ func settleDamaged(pf *pagefile.File, ix *index.Store, rep *Report, readOnly boo
 	}
 	rep.DamagedFreed = len(ids)
 	return nil
+}
+
+// otherStoresJournal returns an error naming db.data when no journal
+// segment in dir names the page file's store (want) and those whose
+// header can be read (one at least) all name one and the same other
+// store: the segments agree with one another, so the page file is the
+// odd one out (another store's db.data copied in), or the journal was
+// replaced whole. A segment whose header cannot be read (damaged, cut,
+// empty) does not decide it either way, so that it cannot turn the refusal
+// into SkipDamagedJournal dropping the whole journal. It returns nil
+// otherwise (a segment of this store, or of several stores: the journal's
+// own error says which).
+func otherStoresJournal(fsys vfs.FS, dir string, want [16]byte) error {
+	if want == ([16]byte{}) {
+		return nil
+	}
+	names, err := fsys.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	var ids []journal.SegmentID
+	for _, n := range names {
+		if id, ok := journal.ParseSegmentName(n); ok {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	var other [16]byte
+	var theirs []journal.SegmentID
+	for _, id := range ids {
+		st, err := journal.SegmentStoreID(fsys, filepath.Join(dir, id.String()))
+		switch {
+		case err != nil || st == ([16]byte{}):
+			continue // unreadable, or a version 1 segment: no store to compare
+		case st == want || len(theirs) > 0 && st != other:
+			return nil
+		}
+		other = st
+		theirs = append(theirs, id)
+	}
+	if len(theirs) == 0 {
+		return nil
+	}
+	which := theirs[0].String()
+	if n := len(theirs); n > 1 {
+		which = fmt.Sprintf("%d of them, %s to %s", n, theirs[0], theirs[n-1])
+	}
+	return fmt.Errorf("%w: %s belongs to store %x, but every journal segment whose header reads (%s; %d segments in all) belongs to store %x: "+
+		"db.data was copied in from another store (or the whole journal was); put this store's own db.data back. "+
+		"Skipping the segments as damage (SkipDamagedJournal, kdbtool recover --skip-damaged) would drop the whole journal: refused",
+		ErrCorrupt, filepath.Join(dir, "db.data"), want, which, len(ids), other)
 }

@@ -187,14 +187,18 @@ func TestRun_FreshDirCreatesStore(t *testing.T) {
 	if !s.rep.PageFile.Created || s.rep.PageFile.FreeListPath != pagefile.FreeListCreated {
 		t.Errorf("report %+v: want a created store", s.rep.PageFile)
 	}
-	if s.rep.NeedsCheckpoint || s.rep.RecordsReplayed != 0 || !s.rep.ReplayFrom.IsZero() {
-		t.Errorf("a new store: NeedsCheckpoint %v, %d records replayed from %s", s.rep.NeedsCheckpoint, s.rep.RecordsReplayed, s.rep.ReplayFrom)
+	if s.rep.RecordsReplayed != 0 || !s.rep.ReplayFrom.IsZero() {
+		t.Errorf("a new store: %d records replayed from %s", s.rep.RecordsReplayed, s.rep.ReplayFrom)
+	}
+	// Its first checkpoint, before Run returns, names the journal.
+	if !s.rep.NeedsCheckpoint || !s.rep.Checkpointed {
+		t.Errorf("a new store: NeedsCheckpoint %v, Checkpointed %v: want its first checkpoint taken", s.rep.NeedsCheckpoint, s.rep.Checkpointed)
 	}
 	if s.st.Lock == nil {
 		t.Error("a writable Run holds no lock")
 	}
-	if !slices.Equal(s.calls, []string{"recovered"}) {
-		t.Errorf("calls %v, want only recovered", s.calls)
+	if !slices.Equal(s.calls, []string{"recovered", "checkpoint"}) {
+		t.Errorf("calls %v, want recovered, then checkpoint", s.calls)
 	}
 	img := mem.CrashClone(vfs.CrashOptions{})
 	for _, d := range []string{"/a", "/a/b", "/a/b/store", "/a/b/store/db.data"} {
@@ -212,6 +216,30 @@ func TestRun_FreshDirCreatesStore(t *testing.T) {
 	}
 	if v, ok := s.get("k"); !ok || v != "v" {
 		t.Errorf("k = %q %v after reopen, want v", v, ok)
+	}
+	if s.rep.ReplayFrom.Segment != 1 {
+		t.Errorf("the second Run replayed from %s, want the first checkpoint's position in db-1.log", s.rep.ReplayFrom)
+	}
+}
+
+// A store that lost its first segment before any checkpoint of its own
+// wrote is refused, naming it (an outside tester's broker store, killed
+// before its first timed checkpoint, with db-1.log removed, opened empty):
+// the first checkpoint Run takes names the journal. A crash during the
+// creation itself, before that checkpoint, acknowledged nothing, and the
+// next Run takes the store as new (TestOpen_CrashDuringCreation in the
+// root crashes each of its writes).
+func TestRun_NewStoreThatLostItsFirstSegmentIsCorrupt(t *testing.T) {
+	mem := vfs.NewMem()
+	s := mustRun(t, mem, "/db", nil)
+	s.write("k", "v")
+	s.close()
+	if err := mem.Remove("/db/db-1.log"); err != nil {
+		t.Fatal(err)
+	}
+	_, err := run(t, mem, "/db", nil)
+	if !errors.Is(err, journal.ErrCorrupt) || !strings.Contains(err.Error(), "segment db-1.log is missing") {
+		t.Fatalf("Run of a store that lost db-1.log: %v, want journal.ErrCorrupt naming db-1.log", err)
 	}
 }
 

@@ -36,12 +36,15 @@ type Report struct {
 	// NeedsCheckpoint says the caller should checkpoint soon, so that the
 	// next crash is cheap: records were replayed, db.redo applied, the free
 	// list rebuilt, a lie of the loaded free list found (the checkpoint
-	// replaces the lying db.free) or a torn journal tail cut. Never set
-	// when read-only.
+	// replaces the lying db.free), a torn journal tail cut, damage skipped,
+	// or the store never checkpointed (a new one included). Never set when
+	// read-only.
 	NeedsCheckpoint bool
 	// Checkpointed says Run took that checkpoint before returning
-	// (Options.CheckpointBeforeServing), in CheckpointDuration. If
-	// NeedsCheckpoint is set and Checkpointed is not, the caller owes it.
+	// (Options.CheckpointBeforeServing, and always for a store never
+	// checkpointed: its first checkpoint names the journal), in
+	// CheckpointDuration. If NeedsCheckpoint is set and Checkpointed is
+	// not, the caller owes it.
 	Checkpointed       bool
 	CheckpointDuration time.Duration
 
