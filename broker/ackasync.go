@@ -39,6 +39,10 @@ type asyncAcks struct {
 	// them), for Sync.
 	out  map[uint64]struct{}
 	next uint64
+	// handing: the numbers of out still being handed to the engine (their
+	// AckAsync has not returned): a Sync begun meanwhile does not wait for
+	// them, since the engine's Sync would not run them.
+	handing map[uint64]struct{}
 	// failed: the errors of the deferred acks that were never applied, by
 	// number, until a Sync reports them.
 	failed map[uint64]error
@@ -46,30 +50,43 @@ type asyncAcks struct {
 
 type ackKey struct{ dest, seq uint64 }
 
+// testHookHanding, set by tests, runs in AckAsync between numbering its
+// acks and handing them to the engine.
+var testHookHanding func()
+
 // AckAsync removes the given messages of a queue, as Ack, but waits for
-// nothing: it checks the messages (an unknown sequence number, or one
-// whose ack is already on its way, is kdb.ErrNotFound, returned at once)
-// and returns. The ack is ordered there: every broker write that begins
-// after it returns (Send, Ack, AckAsync, AckSub, a transaction) sees the
-// messages gone. It is journaled with the next write (it joins the next
-// broker write's batch, or is queued before any other write's), at Sync or
-// Checkpoint, or within Options.SyncInterval, whichever comes first;
-// readers (Read, Destination, GetMessage) see it once that write is
-// applied. It is durable once a later synced write (a Send, an Ack, any
-// Write), Sync or Checkpoint returns, or within about twice SyncInterval.
-// A crash before then loses the ack, not the message: it is delivered
-// again (at-least-once), never acked twice, and every message sent and
-// acknowledged is still there. So a producer that sends and acks in a loop
-// pays one commit and one fsync per pair, and never waits for an ack.
-// A consumer that acks with AckAsync and writes nothing else waits, at
-// every 1,024th deferred ack, for the engine to commit them (without an
+// nothing: it checks the messages (an unknown queue or sequence number,
+// one listed twice in the call, or one whose ack is already on its way, is
+// kdb.ErrNotFound, returned at once with nothing acked) and returns. The
+// ack is ordered there: every broker write that begins after it returns
+// (Send, Ack, AckAsync, AckSub, a transaction) sees the messages gone. It
+// is journaled with the next write (it joins the next broker write's
+// batch, or is queued before any other write's), at Sync or Checkpoint, or
+// within Options.SyncInterval, whichever comes first; readers (Read,
+// Destination, GetMessage) see it once that write is applied.
+//
+// It is durable once a later synced write (a Send, an Ack, any Write),
+// Sync or Checkpoint returns. Without one, under kdb.SyncAlways it is
+// durable within Options.SyncInterval (the timer that journals it syncs),
+// or within SyncInterval of an unsynced commit that journaled it first (a
+// Txn.NoSync one, or the commit of a full Defer queue): within about twice
+// SyncInterval at most. Under kdb.SyncInterval it is likewise durable
+// within about twice SyncInterval (journaled by the timer, synced within
+// SyncInterval after); under kdb.UnsafeSyncNever only at Sync, Checkpoint
+// or Close. A crash before then loses the ack, not the message: it is
+// delivered again (at-least-once), never acked twice, and every message
+// sent and acknowledged is still there. So a producer that sends and acks
+// in a loop pays one commit and one fsync per pair, and never waits for an
+// ack. A consumer that acks with AckAsync and writes nothing else waits,
+// at every 1,024th deferred ack, for the engine to commit them (without an
 // fsync): the deferred acks held in memory are bounded.
 //
-// More messages than one batch of the store removes (a few thousand, fewer
-// with small segments) are acked in several deferred transactions, each
-// all or nothing: a crash may lose some of them, as above. An ack that
-// fails when it runs (bad bytes in the store, a failed handle) leaves its
-// messages in the queue, and the next Sync returns its error.
+// More than kdb.DB.MaxBatchSize/512 messages (16,384 with the default 32
+// MiB segments, 32 with 64 KiB ones) are acked in several deferred
+// transactions of that many, each all or nothing: a crash may lose some
+// of them, as above. An ack that fails when it runs (bad bytes in the
+// store, a failed handle) leaves its messages in the queue, and the next
+// Sync returns its error.
 //
 // Acks made by AckAsync are checked against the other AckAsyncs of the
 // same Broker; an Ack or a transaction racing with an AckAsync of the same
@@ -100,6 +117,7 @@ func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 	if a.pending == nil {
 		a.pending = map[ackKey]struct{}{}
 		a.out = map[uint64]struct{}{}
+		a.handing = map[uint64]struct{}{}
 		a.cond = sync.NewCond(&a.mu)
 	}
 	for _, s := range seqs {
@@ -116,8 +134,19 @@ func (b *Broker) AckAsync(kind DestKind, dest string, seqs ...uint64) error {
 		part := rest[:min(per, len(rest))]
 		rest = rest[len(part):]
 		parts = append(parts, b.prepareAck(kind, dest, id, part))
+		a.handing[parts[len(parts)-1].n] = struct{}{}
 	}
 	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		for _, p := range parts {
+			delete(a.handing, p.n)
+		}
+		a.mu.Unlock()
+	}()
+	if testHookHanding != nil {
+		testHookHanding()
+	}
 	// Handed to the engine without a.mu: a Defer that fills the engine's
 	// queue commits it before it returns, and the done functions it calls
 	// take a.mu.
@@ -297,6 +326,13 @@ func (b *Broker) Sync() error {
 	a := &b.acks
 	a.mu.Lock()
 	last := a.next
+	// An AckAsync still handing its acks to the engine has not returned:
+	// not waited for (its Defer may come after the engine's Sync below,
+	// and then only the SyncInterval timer would run it).
+	var skip map[uint64]struct{}
+	if len(a.handing) > 0 {
+		skip = maps.Clone(a.handing)
+	}
 	a.mu.Unlock()
 	// The engine's Sync commits the deferred acks not yet run, then
 	// syncs the journal.
@@ -306,7 +342,7 @@ func (b *Broker) Sync() error {
 	// Acks that joined a write still in flight are applied when it is.
 	waited := false
 	a.mu.Lock()
-	for a.before(last) {
+	for a.before(last, skip) {
 		waited = true
 		a.cond.Wait()
 	}
@@ -334,11 +370,11 @@ func (a *asyncAcks) takeFailed(last uint64) error {
 	return errors.Join(errs...)
 }
 
-// before reports whether an AckAsync numbered up to last is not yet
-// applied. The caller holds mu.
-func (a *asyncAcks) before(last uint64) bool {
+// before reports whether an AckAsync numbered up to last, and not in
+// skip, is not yet applied. The caller holds mu.
+func (a *asyncAcks) before(last uint64, skip map[uint64]struct{}) bool {
 	for n := range a.out {
-		if n <= last {
+		if _, ok := skip[n]; n <= last && !ok {
 			return true
 		}
 	}

@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -135,5 +136,67 @@ func TestAckAsync_TwiceIsNotFound(t *testing.T) {
 	}
 	if err := checkStore(b); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Sync does not wait for an AckAsync that had not returned when it began:
+// one racing it, on an idle store, could be queued after the engine's Sync
+// ran the deferred acks, and Sync then waited for the SyncInterval timer
+// to run it (an outside tester saw 2 s stalls with a 2 s SyncInterval).
+func TestSync_NotHeldByAnAckAsyncStillRunning(t *testing.T) {
+	o := &kdb.Options{FS: vfs.NewMem(), SyncInterval: 5 * time.Second}
+	db, err := kdb.Open("/db", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	b, err := broker.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	tx := b.BeginTx()
+	ms := make([]*broker.Message, n)
+	for i := range ms {
+		ms[i] = &broker.Message{ID: fmt.Sprint("m-", i)}
+		if err := tx.Send(broker.Queue, "q", ms[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	for i, m := range ms {
+		start := make(chan struct{})
+		var wg sync.WaitGroup
+		var took time.Duration
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			<-start
+			if err := b.AckAsync(broker.Queue, "q", m.Seq); err != nil {
+				t.Error(err)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			<-start
+			t0 := time.Now()
+			if err := b.Sync(); err != nil {
+				t.Error(err)
+			}
+			took = time.Since(t0)
+		}()
+		close(start)
+		wg.Wait()
+		if took > time.Second {
+			t.Fatalf("round %d: Sync took %v, racing an AckAsync (SyncInterval %v)", i, took, o.SyncInterval)
+		}
+	}
+	if err := b.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if d, err := b.Destination(broker.Queue, "q"); err != nil || d.Count != 0 {
+		t.Fatalf("after %d AckAsyncs and a Sync: %+v, %v; want an empty queue", n, d, err)
 	}
 }
