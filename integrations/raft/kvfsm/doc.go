@@ -34,6 +34,13 @@
 // skip the new log's entries up to its applied index), unless the FSM is
 // exactly what its last Restore left (meta key "restored"): a snapshot's
 // content may be a little ahead of the index raft names it by (below).
+// It also refuses (kdb.ErrInvalid) a raft log that starts past the entry
+// after the newest snapshot and ends past it: raft compacts its log only
+// behind a snapshot, so the snapshot that covered the entries in between
+// was lost (its directory, or all of snapshots/, removed), and
+// raft.NewRaft, which reads the log from the newest snapshot on, would
+// panic ("log not found"). The error names the missing entries: put the
+// snapshot back, or remove the node's data to rejoin from the cluster.
 // ApplyBatch never applies past a hole: when its first new entry is not the
 // one after the applied index, it checks in raft's log that every entry in
 // between is one raft does not hand an FSM (a no-op or a barrier), and
@@ -49,7 +56,9 @@
 // part-way leaves the old state, and Open drops a half-copied generation.
 // The scratch store lives in DIR.restore beside the store's directory DIR,
 // marked with a KVFSM-RESTORE file, and is removed when Restore returns or,
-// after a crash, at the next Open. A DIR.restore that is neither empty nor
+// after a crash, at the next Open: everything but the mark first, then the
+// mark, then the directory, so that a crash at any moment of the removal
+// leaves it marked, empty or gone. A DIR.restore that is neither empty nor
 // marked (an operator's copy of the store, say) is never removed: Open and
 // Restore refuse (kdb.ErrInvalid), naming it.
 //

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/raft"
 	"github.com/kdb-project/kdb"
+	"github.com/kdb-project/kdb/vfs"
 )
 
 // Namespace is the kdb namespace of the FSM's trees.
@@ -280,29 +281,59 @@ const restoreMark = "KVFSM-RESTORE"
 // removeRestoreDir removes dir, the directory of a Restore, unless it
 // exists and is not Restore's (not empty, and no restoreMark in it): then
 // it returns an error wrapping kdb.ErrInvalid.
+//
+// It removes everything but the mark first, then (once that is durable)
+// the mark, then dir, so that a crash at any moment leaves dir marked,
+// empty or gone: Restore's to remove. (os.RemoveAll takes the entries in
+// the order the directory lists them: a crash after the mark went left an
+// unmarked leftover that every later Open refused.)
 func removeRestoreDir(dir string) error {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
+		if _, lerr := os.Lstat(dir); lerr == nil {
+			// A link to nothing: not Restore's (it makes a directory),
+			// and its Mkdir would fail on it.
+			return fmt.Errorf("kvfsm: %s is a symbolic link to nothing: Restore uses that path beside the store; move it away: %w", dir, kdb.ErrInvalid)
+		}
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("%w (kvfsm's Restore uses that path: move it away)", err)
 	}
-	if len(ents) > 0 {
-		if st, err := os.Lstat(filepath.Join(dir, restoreMark)); err != nil || !st.Mode().IsRegular() {
-			return fmt.Errorf("kvfsm: %s exists and is not a directory Restore made (it has no %s file): Restore uses that path beside the store; move it away: %w",
-				dir, restoreMark, kdb.ErrInvalid)
+	if len(ents) == 0 {
+		return os.Remove(dir)
+	}
+	mark := filepath.Join(dir, restoreMark)
+	if st, err := os.Lstat(mark); err != nil || !st.Mode().IsRegular() {
+		return fmt.Errorf("kvfsm: %s exists and is not a directory Restore made (it has no %s file): Restore uses that path beside the store; move it away: %w",
+			dir, restoreMark, kdb.ErrInvalid)
+	}
+	for _, e := range ents {
+		if e.Name() != restoreMark {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				return err
+			}
 		}
 	}
-	return os.RemoveAll(dir)
+	if err := vfs.OS.SyncDir(dir); err != nil {
+		return err
+	}
+	if err := os.Remove(mark); err != nil {
+		return err
+	}
+	return os.Remove(dir)
 }
 
-// makeRestoreDir creates dir, the directory of a Restore, with its mark.
+// makeRestoreDir creates dir, the directory of a Restore, with its mark,
+// durable before anything else goes in.
 func makeRestoreDir(dir string) error {
 	if err := os.Mkdir(dir, 0o750); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, restoreMark), []byte("kvfsm's Restore: removed when it returns, or at the next Open\n"), 0o600)
+	if err := os.WriteFile(filepath.Join(dir, restoreMark), []byte("kvfsm's Restore: removed when it returns, or at the next Open\n"), 0o600); err != nil {
+		return err
+	}
+	return vfs.OS.SyncDir(dir)
 }
 
 // readMeta returns the FSM's meta; maxPut is 0 when none is recorded (a
@@ -416,6 +447,14 @@ func (f *FSM) Get(key []byte) ([]byte, error) {
 // its files lost), raft would start it again from index 1, and ApplyBatch
 // would skip every entry up to the applied index, acknowledged writes
 // included.
+//
+// It refuses as well (kdb.ErrInvalid) a raft log that starts past the entry
+// after the newest snapshot in snaps and ends past it: the entries in
+// between are in neither (the newest snapshot, or every one, is missing
+// from snaps: its files lost), and raft.NewRaft, which reads the log from
+// that snapshot on, would panic ("log not found"). The error names the
+// missing entries and the log's bounds: put the missing snapshot back, or
+// remove the node's data and let it rejoin from the cluster.
 func (f *FSM) CatchUp(snaps raft.SnapshotStore) (restored bool, err error) {
 	f.UseSnapshots(snaps)
 	metas, err := snaps.List()
@@ -423,6 +462,9 @@ func (f *FSM) CatchUp(snaps raft.SnapshotStore) (restored bool, err error) {
 		return false, fmt.Errorf("kvfsm: list snapshots: %w", err)
 	}
 	if err := f.checkLogReaches(metas); err != nil {
+		return false, err
+	}
+	if err := f.checkLogStarts(metas); err != nil {
 		return false, err
 	}
 	if len(metas) == 0 {
@@ -486,6 +528,37 @@ func (f *FSM) checkLogReaches(metas []*raft.SnapshotMeta) error {
 			applied, last, snap, applied, kdb.ErrInvalid)
 	}
 	return nil
+}
+
+// checkLogStarts returns an error if raft's log leaves a hole after the
+// newest of metas: raft.NewRaft reads every entry from the one after it to
+// the log's last, and panics on one missing.
+func (f *FSM) checkLogStarts(metas []*raft.SnapshotMeta) error {
+	if f.log == nil {
+		return nil
+	}
+	first, err := f.log.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("kvfsm: raft log's first index: %w", err)
+	}
+	last, err := f.log.LastIndex()
+	if err != nil {
+		return fmt.Errorf("kvfsm: raft log's last index: %w", err)
+	}
+	var snap uint64
+	newest := "no snapshot in raft's snapshot store"
+	if len(metas) > 0 {
+		snap = metas[0].Index
+		newest = fmt.Sprintf("the newest snapshot in raft's snapshot store is %s (index %d)", metas[0].ID, snap)
+	}
+	if last <= snap || first <= snap+1 {
+		return nil
+	}
+	return fmt.Errorf("kvfsm: raft's log holds entries %d..%d, and %s: entries %d..%d are in neither "+
+		"(the snapshot that covered them is missing: raft compacts its log only behind a snapshot); raft cannot start from this "+
+		"(it would panic reading entry %d): put the missing snapshot back in raft's snapshot store, or remove the node's data "+
+		"(its store and its snapshots) to rejoin from the cluster: %w",
+		first, last, newest, snap+1, first-1, snap+1, kdb.ErrInvalid)
 }
 
 // UseSnapshots tells the FSM raft's snapshot store (CatchUp does it);
@@ -696,7 +769,7 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if err := makeRestoreDir(work); err != nil {
 		return fmt.Errorf("kvfsm: Restore: %w", err)
 	}
-	defer os.RemoveAll(work)
+	defer removeRestoreDir(work)
 	scratch := filepath.Join(work, "snapshot")
 	if _, err := kdb.Import(scratch, rc, nil); err != nil {
 		return fmt.Errorf("kvfsm: import of the snapshot: %w", err)

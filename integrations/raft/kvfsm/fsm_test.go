@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -348,6 +349,83 @@ func TestFSM_CatchUpRefusesALogBehindTheFSM(t *testing.T) {
 	}
 	if m, applied := contents(t, db); len(m) != 12 || applied != 12 {
 		t.Fatalf("state %v applied %d", m, applied)
+	}
+}
+
+// TestFSM_CatchUpRefusesALogPastItsSnapshots: raft compacts its log only
+// behind a snapshot, so a log that starts past the entry after the newest
+// snapshot is one whose snapshot was lost (its directory removed, or all of
+// snapshots/). raft.NewRaft reads the log from that snapshot on and
+// panicked ("log not found"); CatchUp refuses, naming the missing entries
+// and what to do. With the snapshot back, it starts.
+func TestFSM_CatchUpRefusesALogPastItsSnapshots(t *testing.T) {
+	tmp := t.TempDir()
+	db, err := kdb.Open(filepath.Join(tmp, "kdb"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	log := raft.NewInmemStore()
+	f, err := Open(db, log, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := raft.NewFileSnapshotStore(tmp, 2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := uint64(1); i <= 25; i++ {
+		l := put(i, fmt.Sprintf("k%02d", i), fmt.Sprint(i))
+		if err := log.StoreLog(l); err != nil {
+			t.Fatal(err)
+		}
+		f.ApplyBatch([]*raft.Log{l})
+		if i == 9 || i == 19 {
+			snapshotAt(t, f, snaps, i)
+		}
+	}
+	if err := log.DeleteRange(1, 14); err != nil { // compacted behind 19, 5 trailing
+		t.Fatal(err)
+	}
+	if _, err := f.CatchUp(snaps); err != nil {
+		t.Fatalf("CatchUp with the log at 15..25 and snapshots at 9 and 19: %v", err)
+	}
+	metas, err := snaps.List()
+	if err != nil || len(metas) != 2 || metas[0].Index != 19 {
+		t.Fatal(metas, err)
+	}
+	newest := filepath.Join(tmp, "snapshots", metas[0].ID)
+	if err := os.Rename(newest, filepath.Join(tmp, "aside")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = f.CatchUp(snaps)
+	if !errors.Is(err, kdb.ErrInvalid) || !strings.Contains(err.Error(), "entries 10..14 are in neither") ||
+		!strings.Contains(err.Error(), "put the missing snapshot back") {
+		t.Fatalf("CatchUp with the log at 15..25 and the snapshot at 19 gone: %v, want kdb.ErrInvalid naming entries 10..14", err)
+	}
+	// All of snapshots/ gone: raft makes a new, empty one.
+	if err := os.Rename(filepath.Join(tmp, "snapshots"), filepath.Join(tmp, "snapshots.aside")); err != nil {
+		t.Fatal(err)
+	}
+	empty, err := raft.NewFileSnapshotStore(tmp, 2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err = f.CatchUp(empty); !errors.Is(err, kdb.ErrInvalid) || !strings.Contains(err.Error(), "entries 1..14 are in neither") {
+		t.Fatalf("CatchUp with the log at 15..25 and no snapshot: %v, want kdb.ErrInvalid naming entries 1..14", err)
+	}
+	// Put back, the node starts.
+	if err := os.RemoveAll(filepath.Join(tmp, "snapshots")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(tmp, "snapshots.aside"), filepath.Join(tmp, "snapshots")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(tmp, "aside"), newest); err != nil {
+		t.Fatal(err)
+	}
+	if restored, err := f.CatchUp(snaps); err != nil || restored {
+		t.Fatalf("CatchUp with the snapshot at 19 back: restored %v, %v", restored, err)
 	}
 }
 

@@ -197,6 +197,94 @@ func TestNode_RestartWithTheOtherStoreRefused(t *testing.T) {
 	}
 }
 
+// TestNode_RestartWithoutItsNewestSnapshotRefused: a node whose raft
+// snapshot store lost the newest snapshot (its directory removed), or all of
+// snapshots/, has a log that starts past the entry after the newest
+// snapshot left: raft.NewRaft read the missing entries and panicked ("log
+// not found"). The node must refuse to start, naming what is missing, and
+// start again once the snapshot is back.
+func TestNode_RestartWithoutItsNewestSnapshotRefused(t *testing.T) {
+	ports := freePorts(t, 2)
+	peers := []peer{{"n1", fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])}}
+	dir := t.TempDir()
+	cfg := nodeConfig{dir: dir, store: "kdb", logLevel: "error", threshold: 1 << 20, interval: time.Hour,
+		trailing: 2, fast: true}
+	n := bootLeader(t, cfg, peers)
+	for i := range 20 {
+		if err := n.r.Apply(kvfsm.EncodePut(fmt.Appendf(nil, "k%02d", i), []byte("v")), 5*time.Second).Error(); err != nil {
+			n.close()
+			t.Fatal(err)
+		}
+		if i == 9 || i == 19 {
+			if err := n.r.Snapshot().Error(); err != nil {
+				n.close()
+				t.Fatal(err)
+			}
+		}
+	}
+	if err := n.close(); err != nil {
+		t.Fatal(err)
+	}
+	snaps, err := raft.NewFileSnapshotStore(dir, 2, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	metas, err := snaps.List()
+	if err != nil || len(metas) != 2 {
+		t.Fatalf("snapshots: %v, %v; want 2", metas, err)
+	}
+	snapDir := filepath.Join(dir, "snapshots")
+	newest := filepath.Join(snapDir, metas[0].ID)
+	aside := filepath.Join(dir, "aside")
+	boot := func(what string) error {
+		t.Helper()
+		n := &node{id: "n1", peers: peers}
+		var err error
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					err = fmt.Errorf("panic: %v", r)
+				}
+			}()
+			err = n.boot(cfg)
+		}()
+		if cerr := n.close(); cerr != nil {
+			t.Fatalf("%s: close: %v", what, cerr)
+		}
+		return err
+	}
+	if err := os.Rename(newest, aside); err != nil {
+		t.Fatal(err)
+	}
+	if err := boot("newest snapshot gone"); err == nil || !strings.Contains(err.Error(), "are in neither") {
+		t.Fatalf("restart without the newest snapshot: %v, want a refusal naming the missing entries", err)
+	}
+	if err := os.Rename(snapDir, snapDir+".aside"); err != nil {
+		t.Fatal(err)
+	}
+	if err := boot("snapshots/ gone"); err == nil || !strings.Contains(err.Error(), "no snapshot in raft's snapshot store: entries 1..") {
+		t.Fatalf("restart without snapshots/: %v, want a refusal naming the missing entries", err)
+	}
+	if err := os.RemoveAll(snapDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(snapDir+".aside", snapDir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(aside, newest); err != nil {
+		t.Fatal(err)
+	}
+	n = bootLeader(t, cfg, peers)
+	defer func() {
+		if err := n.close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if v, err := n.fsm.Get([]byte("k19")); err != nil || string(v) != "v" {
+		t.Fatalf("with the snapshot back: k19 %q, %v", v, err)
+	}
+}
+
 // bootLeader boots node n1 of peers (a cluster of one) with cfg and waits
 // until it leads.
 func bootLeader(t *testing.T, cfg nodeConfig, peers []peer) *node {
