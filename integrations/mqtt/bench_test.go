@@ -205,9 +205,10 @@ func benchRestart(b *testing.B, kinds []brokerKind) {
 var loadTimesRE = regexp.MustCompile(`store_read_time=(\S+) serve_time=(\S+)`)
 
 // loadTimes returns what a broker's log says of its start (both commands
-// wrap their hook in brokerconf.LoadTimer): the time in the hook's Stored*
-// calls and the time of the server's Serve, which holds them and the
-// server's own loading of what they returned.
+// wrap their hook in brokerconf.LoadTimer): the time in the hook's Init
+// and Stored* calls, and the time from adding the hook to the end of the
+// server's Serve, which holds them and the server's own loading of what
+// they returned.
 func loadTimes(log string) (hook, serve time.Duration, err error) {
 	m := loadTimesRE.FindAllStringSubmatch(log, -1)
 	if len(m) == 0 {

@@ -12,6 +12,11 @@
 // Add it after every other hook whose OnPublish may change or reject a
 // message: it stores what reaches it.
 //
+// AddHook (Init) reads the stored inflight messages and pending publishes,
+// and Serve's Stored* events the rest, all before the server listens: a
+// store holding many large inflight messages delays the start by the time
+// to read them (kdb-mqtt logs the time in both as store_read_time).
+//
 // # What an acknowledgement means
 //
 // mochi writes a publisher's PUBACK (PUBREC for QoS 2) before it hands the

@@ -4,8 +4,12 @@
 //	kdb-mqtt -store DIR [-listen 127.0.0.1:1883] [-metrics 127.0.0.1:9100] [-cpuprofile FILE]
 //
 // At start it logs the store's recovery report (free-list path, records
-// replayed, time); with -metrics it serves the store's Stats in the
-// Prometheus text format at /metrics. SIGINT or SIGTERM stops it cleanly:
+// replayed, time) and, when it listens, store_read_time (the hook's
+// reading of the store: its Init, which reads the inflight messages and
+// pending publishes, and its Stored* calls) and serve_time (from adding
+// the hook to listening, which also holds mochi's loading); with
+// -metrics it serves the store's Stats in the Prometheus text format at
+// /metrics. SIGINT or SIGTERM stops it cleanly:
 // the connections are closed, the hook's commits waited for, and the
 // store closed (a final checkpoint). A store another process holds stops
 // it at start with ErrLocked in the message. It exits 1 if a store write
@@ -83,6 +87,7 @@ func run(dir, listen, metricsAddr string) error {
 	}
 	hook := new(kdbmqtt.Hook)
 	timed := &brokerconf.LoadTimer{Hook: hook}
+	start := time.Now()
 	if err := srv.AddHook(timed, &kdbmqtt.Options{DB: db, Server: srv}); err != nil {
 		return fmt.Errorf("storage hook: %w", err)
 	}
@@ -105,12 +110,12 @@ func run(dir, listen, metricsAddr string) error {
 		log.Info("kdb-mqtt: metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	}
 	sigs := brokerconf.Signals()
-	start := time.Now()
 	if err := srv.Serve(); err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
-	// store_read_time: the hook's reading of the stored state; serve_time:
-	// all of Serve, which also holds the server's own loading of it.
+	// store_read_time: the hook's reading of the stored state (its Init and
+	// Stored* calls); serve_time: from adding the hook to listening (its
+	// Init and all of Serve), which also holds the server's own loading.
 	log.Info("kdb-mqtt: listening", "address", l.Address(), "store", dir, "skipped_records", hook.Skipped(),
 		"store_read_time", timed.Took(), "serve_time", time.Since(start))
 

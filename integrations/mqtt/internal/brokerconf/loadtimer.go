@@ -7,21 +7,30 @@ import (
 	"github.com/mochi-mqtt/server/v2/hooks/storage"
 )
 
-// LoadTimer wraps a storage hook and times the calls the server makes at
-// start to read the stored state (the Stored* events, in Serve): the
-// hook's own part of a restart. The rest of Serve is the server's loading
-// of what they return, the same code for every hook. Both commands wrap
+// LoadTimer wraps a storage hook and times the calls in which it reads the
+// stored state at start: its Init (AddHook calls it; kdb's hook reads the
+// inflight messages and pending publishes there, mochi's pebble and bolt
+// hooks open their database) and the Stored* events (in Serve): the hook's
+// own part of a restart. The rest of Serve is the server's loading of
+// what they return, the same code for every hook. Both commands wrap
 // their hook in it and log the two parts when they listen.
 type LoadTimer struct {
 	mqtt.Hook
 	took time.Duration
 }
 
-// Took returns the time spent in the Stored* calls so far. Serve makes
-// them one after the other; read it after Serve returned.
+// Took returns the time spent in Init and the Stored* calls so far. AddHook
+// and then Serve make them one after the other; read it after Serve
+// returned.
 func (t *LoadTimer) Took() time.Duration { return t.took }
 
 func (t *LoadTimer) since(start time.Time) { t.took += time.Since(start) }
+
+// Init is the wrapped hook's, timed.
+func (t *LoadTimer) Init(config any) error {
+	defer t.since(time.Now())
+	return t.Hook.Init(config)
+}
 
 // StoredClients is the wrapped hook's, timed.
 func (t *LoadTimer) StoredClients() ([]storage.Client, error) {

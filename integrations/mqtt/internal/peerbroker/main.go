@@ -47,6 +47,7 @@ func run(hook, store, listen string, sync bool) error {
 		return err
 	}
 	var timed *brokerconf.LoadTimer
+	start := time.Now() // serve_time holds the hook's Init, as store_read_time does
 	switch hook {
 	case "pebble":
 		mode := pebble.NoSync
@@ -69,7 +70,6 @@ func run(hook, store, listen string, sync bool) error {
 		return err
 	}
 	sigs := brokerconf.Signals()
-	start := time.Now()
 	if err := srv.Serve(); err != nil {
 		return err
 	}
