@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/kdb-project/kdb/index"
+	"github.com/kdb-project/kdb/journal"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -199,5 +200,66 @@ func TestCheck_CatchesABadValueTag(t *testing.T) {
 	_, err := db.Check()
 	if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "bad value tag") {
 		t.Fatalf("Check = %v, want ErrCorrupt naming the bad value tag", err)
+	}
+}
+
+// journalRef reads key's raw index value (a journal reference) from tree "t".
+func journalRef(t *testing.T, db *DB, key string) []byte {
+	t.Helper()
+	var ref []byte
+	err := db.ix.View(func(tx *index.Tx) error {
+		tr, err := tx.OpenTree(treeName(userTreePrefix, "t"))
+		if err != nil || tr == nil {
+			return err
+		}
+		v, _, err := tr.Get([]byte(key))
+		ref = append([]byte(nil), v...)
+		return err
+	})
+	if err != nil || len(ref) != valRefSize || ref[0] != valJournal {
+		t.Fatalf("ref of %s: %x, %v", key, ref, err)
+	}
+	return ref
+}
+
+// TestRead_RefusesAReferenceOfTheWrongSize: an index value that names
+// the right value record with the wrong size (damage) must read as
+// ErrCorrupt, not as a value of some length. (An outside tester's
+// mutant of resolve, no longer comparing the lengths, went unnoticed.)
+func TestRead_RefusesAReferenceOfTheWrongSize(t *testing.T) {
+	db := checkedStore(t)
+	ref := journalRef(t, db, "big0")
+	binary.LittleEndian.PutUint32(ref[13:], 699) // the record holds 700
+	editIndex(t, db, string(treeName(userTreePrefix, "t")), func(tr *index.Tree) error {
+		return tr.Put([]byte("big0"), ref)
+	})
+	if v, err := db.Get("t", []byte("big0")); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Get = %d bytes, %v; want ErrCorrupt", len(v), err)
+	}
+}
+
+// TestRead_RefusesAReferenceToABatchRecord: an index value that names
+// a batch record (its size right) must read as ErrCorrupt, never return the
+// batch's encoded operations as the value. (An outside tester's mutant
+// of resolve, no longer checking the record's type, went unnoticed.)
+func TestRead_RefusesAReferenceToABatchRecord(t *testing.T) {
+	db := checkedStore(t)
+	var bloc journal.Location
+	var blen int
+	err := db.j.Iterate(journal.Location{}, func(loc journal.Location, r journal.Record) error {
+		if r.Type == recBatch && bloc.IsZero() {
+			bloc, blen = loc, len(r.Payload)
+		}
+		return nil
+	})
+	if err != nil || bloc.IsZero() {
+		t.Fatalf("no batch record found: %v", err)
+	}
+	ref := appendRef(nil, bloc, blen)
+	editIndex(t, db, string(treeName(userTreePrefix, "t")), func(tr *index.Tree) error {
+		return tr.Put([]byte("big0"), ref)
+	})
+	if v, err := db.Get("t", []byte("big0")); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("Get = %q, %v; want ErrCorrupt", v, err)
 	}
 }
