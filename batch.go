@@ -7,7 +7,9 @@ import (
 
 // Batch is a set of writes applied atomically by DB.Write: after a crash all
 // of them are there or none. A Batch is not safe for concurrent use; it may
-// be reused after Reset.
+// be reused after Reset. Its size is bounded by Options.SegmentSize (see
+// DB.Write): a batch over half of it, or whose keys and short values take
+// more than MaxBatchSize, is ErrInvalid at Write.
 type Batch struct {
 	ops    []op
 	size   int

@@ -17,21 +17,21 @@ type CheckReport struct {
 	Keys           uint64 // keys in all trees, the engine's own included
 	Pages          uint64 // pages in db.data
 	ReachablePages uint64 // pages reachable from the index root
-	FreePages      uint64
+	FreePages      uint64 // pages on the free list
 	JournalValues  uint64 // values kept in the journal, each read and verified
 	// UnreadableValues counts the values kept in the journal that could
 	// not be read back intact (journal damage): the keys that lost their
 	// value. Check's error names the first of them.
 	UnreadableValues uint64
-	Depth            int
+	Depth            int // largest tree depth (1: a root that is a leaf)
 	// DamagedPages counts the pages that are neither reachable nor free
 	// and fail their checksum: damaged on disk, but holding nothing of the
 	// index (free pages a free-list scan or proof set aside; the scan of a
 	// writable open frees them again). Not a problem: nothing is lost.
 	// FirstDamagedPage is the first (0: none), DamagedReason why.
 	DamagedPages     uint64
-	FirstDamagedPage uint64
-	DamagedReason    string
+	FirstDamagedPage uint64 // the first damaged page (0: none)
+	DamagedReason    string // why FirstDamagedPage is damaged
 }
 
 // Check verifies the whole store: the index (page checksums, B-tree order and

@@ -122,9 +122,20 @@ type DB struct {
 }
 
 // Open opens (or creates) the store in dir and recovers it: see
-// docs/DESIGN.md. opts may be nil. A second process opening the same store
-// gets ErrLocked at once. A ReadOnly open retries when a checkpoint of
-// the writing process spoiled its reads (see openReadOnly).
+// docs/DESIGN.md. opts may be nil. A second handle opening the same store,
+// of this process or another, gets ErrLocked at once.
+//
+// dir and its missing parents are created. A directory that holds other
+// files but no store gets a new store among them (Import, by contrast,
+// refuses a directory that is not empty). A dir that is a file fails with
+// the file system's error ("not a directory"), which wraps none of the
+// package's errors.
+//
+// With Options.ReadOnly, Open creates nothing (a missing store fails with
+// the file system's error) and the handle is a snapshot frozen at Open:
+// it never sees later writes of the store's writer, in this process or
+// another; open it again to see them. A ReadOnly open retries when a
+// checkpoint of the writing process spoiled its reads.
 func Open(dir string, opts *Options) (*DB, error) {
 	if opts != nil && opts.ReadOnly {
 		return openReadOnly(dir, opts)
@@ -561,8 +572,15 @@ func (db *DB) Err() error {
 // Write applies the batch atomically. On return (nil) it is durable under
 // the sync mode (SyncAlways: on disk) and visible to readers. Concurrent
 // Writes share one journal write and one fsync. Called inside an Update's
-// function (which holds the write lock), Write returns ErrInvalid at once:
-// use the Txn there.
+// or a Submit's function, or a deferred transaction's, Write returns
+// ErrInvalid at once: use the Txn there.
+//
+// A batch too large for the journal is ErrInvalid ("split the batch"),
+// with nothing written: its batch record (keys, and values up to
+// Options.ValueThreshold, with a few bytes each) at most MaxBatchSize
+// (Options.SegmentSize/4, at most 16 MiB), each value kept in the journal
+// at most as much, and all of them together, with 64 bytes each, at most
+// Options.SegmentSize/2. Txn.Fits tells a transaction the same.
 func (db *DB) Write(b *Batch) error { return db.write(b, false) }
 
 // write is Write; with own, b's ops are given away (see commitAsync).

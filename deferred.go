@@ -116,7 +116,10 @@ func (db *DB) Defer(fn func(tx *Txn) error, done func(err error)) error {
 // that it shares its batch; queued before the batch of any other write),
 // at Sync, Checkpoint and Close, or by a timer within Options.SyncInterval,
 // whichever comes first. Every write that begins after Defer returns is
-// ordered after fn, and reads fn's writes.
+// ordered after fn, and reads fn's writes. Called inside an Update's or a
+// Submit's function, or inside a deferred fn, Defer returns ErrInvalid
+// (the transaction it queues would run inside that one): add the writes
+// to that function's Txn. Inside a done it works.
 //
 // fn must be a function of the state it reads (it may run more than once:
 // when the transaction it joined fails, its writes are discarded with the

@@ -32,8 +32,11 @@ var (
 	// ErrNotFound is returned by Get for a missing key or index.
 	ErrNotFound = errors.New("kdb: not found")
 	// ErrInvalid reports bad input from the caller: an empty or oversized
-	// key, index name or value (to a read as to a write: a read of a key no
-	// write can store is the caller's bug, not a miss), or bad Options.
+	// key or index name (to a read as to a write: a read of a key no write
+	// can store is the caller's bug, not a miss), an oversized value or
+	// batch (MaxValueSize, Options.SegmentSize), bad Options, or a call
+	// made where it would wait for itself (inside an Update's or a
+	// Submit's function, see DB.Update). An empty value is valid.
 	ErrInvalid = errors.New("kdb: invalid argument")
 	// ErrStale is returned by a DB opened ReadOnly when the process that
 	// writes the store checkpointed while a read ran, so that the read met

@@ -33,6 +33,8 @@ const (
 
 // ExportReport counts what Export wrote or Import read.
 type ExportReport struct {
+	// Trees, Keys and Bytes count the trees, their keys, and the bytes of
+	// those keys and values.
 	Trees, Keys, Bytes uint64
 	// StaleRemoved counts the temporary directories of interrupted Imports
 	// into the same directory that Import removed before it began.
@@ -180,14 +182,18 @@ const importTempInfix = ".import-"
 // link stays); a link to nothing is ErrInvalid.
 //
 // A damaged or truncated snapshot is ErrCorrupt; on any error the
-// temporary directory is removed and dir is left as it was. Before it
-// creates anything for dir, Import takes a lock beside it ("."+base(dir)+
-// ".import.lock", removed once the store is in place): a second Import into
-// the same dir while one runs fails at once with ErrLocked, and one that
-// comes after the first put its store in place fails with ErrNotEmpty;
-// neither touches the other's files. Import then removes what an
-// interrupted Import into the same dir left (a temporary directory of that
-// name) and counts it in ExportReport.StaleRemoved.
+// temporary directory is removed and dir is left as it was. Options with
+// ReadOnly set are ErrInvalid. Before it creates anything for dir, Import
+// takes a lock beside it ("."+base(dir)+".import.lock", removed once the
+// store is in place; a failed or killed Import leaves it, empty, and the
+// next reuses it: so that no two Imports ever build for dir at once): a
+// second Import into the same dir while one runs
+// fails at once with ErrLocked, and one that comes after the first put its
+// store in place fails with ErrNotEmpty; neither touches the other's
+// files. The parent directory of dir is created if missing, and stays.
+// Import then removes what an interrupted Import into the same dir left
+// (a temporary directory of that name) and counts it in
+// ExportReport.StaleRemoved.
 func Import(dir string, r io.Reader, opts *Options) (*ExportReport, error) {
 	o := opts.withDefaults()
 	fsys := o.FS
@@ -196,6 +202,9 @@ func Import(dir string, r io.Reader, opts *Options) (*ExportReport, error) {
 	}
 	if r == nil {
 		return nil, fmt.Errorf("%w: Import: nil reader", ErrInvalid)
+	}
+	if o.ReadOnly {
+		return nil, fmt.Errorf("%w: Import: Options.ReadOnly: an import creates and writes the store", ErrInvalid)
 	}
 	dir = filepath.Clean(dir)
 	if b := filepath.Base(dir); b == "." || b == ".." || b == string(filepath.Separator) {

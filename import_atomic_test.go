@@ -293,3 +293,61 @@ func TestImport_RefusesDirInsideAStore(t *testing.T) {
 		}
 	})
 }
+
+// TestImport_FailureLeavesNothingBesideDir: an Import that fails (a
+// damaged or empty snapshot, a dir that is not empty) leaves no temporary
+// directory beside dir, and at most its empty claim lock file
+// (".<name>.import.lock": kept so that no two Imports ever build for one
+// dir at once; the next Import reuses it). Import with ReadOnly options is
+// ErrInvalid and creates nothing, not even the parent.
+func TestImport_FailureLeavesNothingBesideDir(t *testing.T) {
+	snap, _ := importSnapshot(t)
+	for _, fsName := range []string{"mem", "os"} {
+		var fsys vfs.FS = vfs.NewMem()
+		parent := "/p"
+		if fsName == "os" {
+			fsys, parent = vfs.OS, filepath.Join(t.TempDir(), "p")
+		}
+		o := &Options{FS: fsys}
+		if _, err := Import(filepath.Join(parent, "ro"), bytes.NewReader(snap), &Options{FS: fsys, ReadOnly: true}); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("%s: import with ReadOnly options: %v, want ErrInvalid", fsName, err)
+		}
+		if ok, err := vfs.Exists(fsys, parent); err != nil || ok {
+			t.Fatalf("%s: import with ReadOnly options created %s (%v)", fsName, parent, err)
+		}
+		if err := vfs.MkdirAllDurable(fsys, filepath.Join(parent, "full"), 0o750); err != nil {
+			t.Fatal(err)
+		}
+		if err := vfs.WriteFileAtomic(fsys, filepath.Join(parent, "full", "note"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range []struct {
+			name string
+			snap []byte
+			want error
+		}{
+			{"trunc", snap[:len(snap)/2], ErrCorrupt},
+			{"flipped", flip(snap, len(snap)/3), ErrCorrupt},
+			{"empty", nil, ErrCorrupt},
+			{"full", snap, ErrNotEmpty},
+		} {
+			if _, err := Import(filepath.Join(parent, c.name), bytes.NewReader(c.snap), o); !errors.Is(err, c.want) {
+				t.Fatalf("%s: import into %s: %v, want %v", fsName, c.name, err, c.want)
+			}
+			names, err := fsys.ReadDir(parent)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range names {
+				if n != "full" && !strings.HasSuffix(n, ".import.lock") {
+					t.Fatalf("%s: after the failed import into %s, %s holds %v; want full and claim lock files only", fsName, c.name, parent, names)
+				}
+				if strings.HasSuffix(n, ".import.lock") {
+					if b, err := vfs.ReadFile(fsys, filepath.Join(parent, n)); err != nil || len(b) != 0 {
+						t.Fatalf("%s: claim %s: %d bytes, %v; want empty", fsName, n, len(b), err)
+					}
+				}
+			}
+		}
+	}
+}

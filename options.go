@@ -28,7 +28,12 @@ const (
 )
 
 // Options configures a DB. The zero value (or a nil *Options) is valid and
-// means the defaults.
+// means the defaults. Open refuses, with ErrInvalid: a negative
+// SyncInterval, CheckpointBytes, MaxOpenSegments, CommitGroupOps or
+// RecoveryTimeTarget; a SegmentSize, PageSize or CheckpointDirtyPages
+// outside its range (below); an unknown Sync; a bad ArchiveDir. A negative
+// ValueThreshold, CheckpointInterval or CloseWait has a meaning of its own
+// (below).
 type Options struct {
 	// FS is the file system. Default: the operating system's. Tests pass a
 	// crashable in-memory FS.
@@ -41,7 +46,8 @@ type Options struct {
 	// ReadOnly opens the store without taking the write lock or writing
 	// anything: the state of the last checkpoint (a pending db.redo
 	// overlaid in memory) plus the journal written since, replayed in
-	// memory; a torn journal tail is reported, not cut. Writes return
+	// memory; a torn journal tail is reported, not cut: the handle shows
+	// the store as it was at Open, never a later write. Writes return
 	// ErrReadOnly. Another process may write and checkpoint the store
 	// meanwhile: a read that meets its in-place writes returns ErrStale
 	// (reopen), never ErrCorrupt, and Open retries by itself. Default: false.
@@ -50,22 +56,30 @@ type Options struct {
 	// PageSize is the page size of a new store (ignored for an existing
 	// one): a power of two from 4096 to 65536. Default: 4096.
 	PageSize int
-	// SegmentSize is the journal segment size. Default: 32 MiB.
+	// SegmentSize is the journal segment size: 64 KiB to 1 GiB. Default:
+	// 32 MiB. It bounds what one write may hold: each journal record (a
+	// value kept in the journal, or a batch's record of its keys and
+	// shorter values) at most SegmentSize/4 and 16 MiB (DB.MaxBatchSize),
+	// and a whole batch, its records together, at most SegmentSize/2 (see
+	// DB.Write). With 64 KiB segments a value is at most 16 KiB.
 	SegmentSize int64
 	// Sync is the durability mode. Default: SyncAlways.
 	Sync SyncMode
 	// SyncInterval is the longest a write stays not durable under
 	// SyncInterval (the fsync runs that long after the first write not yet
-	// synced), and under
-	// SyncAlways the longest an AckAsync stays not durable when no synced
-	// write follows it. Default: 10ms.
+	// synced). Under SyncAlways it is the longest a deferred transaction
+	// (Defer, the broker's AckAsync) waits to be journaled (that commit is
+	// synced), and the longest an unsynced commit (Txn.NoSync, a full Defer
+	// queue's) waits for its fsync: so a deferred transaction is durable
+	// within SyncInterval, or within about twice that when an unsynced
+	// commit journaled it first. Default: 10ms. Negative: ErrInvalid.
 	SyncInterval time.Duration
 	// MaxOpenSegments bounds the file descriptors held by sealed journal
 	// segments: beyond it the least recently read are closed, and opened
 	// again when read. A store whose journal holds many segments (a large
 	// backlog) then opens and runs within a low descriptor limit. Default:
 	// 64, or an eighth of the process's descriptor limit (ulimit -n) if
-	// that is lower, and at least 4.
+	// that is lower, and at least 4. Negative: ErrInvalid.
 	MaxOpenSegments int
 
 	// ValueThreshold: values longer than this stay in the journal and the
@@ -78,7 +92,7 @@ type Options struct {
 	// as 1 ms (a nanosecond's ticker kept a core busy on an idle store).
 	CheckpointInterval time.Duration
 	// CheckpointBytes starts a checkpoint once this much journal was
-	// written since the last one. Default: 64 MiB.
+	// written since the last one. Default: 64 MiB. Negative: ErrInvalid.
 	CheckpointBytes int64
 	// CheckpointDirtyPages bounds the memory held for the next checkpoint:
 	// a checkpoint starts once the mem tables hold this many versions of
@@ -92,20 +106,22 @@ type Options struct {
 	// group (one journal write and fsync, one apply to the mem tables); a
 	// batch with more operations is committed alone. Each operation adds a
 	// version, so this bounds how far one group can go past the writers'
-	// wait at 2*CheckpointDirtyPages. Default: 1024.
+	// wait at 2*CheckpointDirtyPages. Default: 1024. Negative: ErrInvalid.
 	CommitGroupOps int
 	// RecoveryTimeTarget, if set, makes checkpoints frequent enough that
 	// replaying the journal written since the last one takes about this
 	// long, at the replay rate measured on this machine (at the last
-	// recovery, or by a short calibration). Default: 0, off.
+	// recovery, or by a short calibration). Default: 0, off. Negative:
+	// ErrInvalid.
 	RecoveryTimeTarget time.Duration
 
 	// ArchiveDir, if set, receives journal segments that are no longer
-	// needed instead of deleting them. A relative path is inside the
-	// store's directory; it may not escape it (nor through a symbolic
-	// link), nor be one of the store's files, nor an existing file that is
-	// not a directory: Open refuses those (ErrInvalid). Default: ""
-	// (delete).
+	// needed instead of deleting them. It must lie inside the store's
+	// directory: a relative path is taken from there, and one that
+	// escapes it (by "..", or through a symbolic link), an absolute path
+	// outside it (another disk's, say), one of the store's files, or an
+	// existing file that is not a directory is ErrInvalid at Open.
+	// Default: "" (delete).
 	ArchiveDir string
 	// SkipDamagedJournal makes recovery skip damaged journal regions
 	// instead of failing; the recovery report lists what was lost.
@@ -126,7 +142,9 @@ type Options struct {
 	// crash before it completes only means the next Open replays the same
 	// journal again. Set it to make the time to open deterministic (tests)
 	// or to have the next crash cheap from the moment Open returns.
-	// Default: false.
+	// Default: false. A store never checkpointed (a new one included)
+	// gets its first checkpoint inside Open either way, so that its meta
+	// names its journal before anything is acknowledged.
 	CheckpointBeforeServing bool
 	// CloseWait bounds how long Close waits for the Views (Get, View,
 	// Export, broker reads) running when it is called. Views that outlast
@@ -143,7 +161,14 @@ const (
 	// MaxKeySize bounds a key (the index's node layout allows this much at
 	// the smallest page size the root accepts).
 	MaxKeySize = 512
-	// MaxValueSize bounds a value.
+	// MaxValueSize bounds a value, at every Options.SegmentSize; the
+	// segment size bounds it further (see Options.SegmentSize): a value is
+	// at most SegmentSize/4 (16 KiB with 64 KiB segments), and one kept in
+	// the batch record (up to Options.ValueThreshold) shares that bound
+	// with its key and the batch's other operations. At the default 32 MiB
+	// segments a value of MaxValueSize fits when it is kept in the journal
+	// (over ValueThreshold, as by default), not when kept in the batch
+	// record. An empty value is valid.
 	MaxValueSize = 8 << 20
 )
 

@@ -289,13 +289,18 @@ func (c *Commit) Wait() error {
 // written while this one's fsync runs (a message broker's concurrent
 // producers share fsyncs that way). If fn returns an error, nothing is
 // written and that error is returned; if fn panics, nothing is written, the
-// store stays usable and the panic goes on to the caller. A transaction
-// with no writes returns a Commit whose Wait returns nil at once.
+// store stays usable and the panic goes on to the caller. A Txn write that
+// returned an error fails the transaction even if fn ignores it and
+// returns nil: Submit returns that error and nothing is written. A
+// transaction with no writes returns a Commit whose Wait returns nil at
+// once.
 //
 // Txn.Iter inside fn sees the committed state, not the writes in flight nor
 // fn's own: use Update for transactions that must scan everything.
-// Writes from inside fn to the DB itself (Write, Put, Update, Submit) return
-// ErrInvalid: use the Txn.
+// Inside fn the same calls as inside an Update's function return
+// ErrInvalid at once (Put, Delete, Write, Update, Submit, Defer, Close,
+// the broker's writes, and Compact when it has values to move), and the
+// same work (Get, View, Sync, Checkpoint): see DB.Update.
 func (db *DB) Submit(fn func(tx *Txn) error) (*Commit, error) {
 	return db.submitTxn(userTreePrefix, fn)
 }

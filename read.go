@@ -440,9 +440,18 @@ func (s *Snapshot) Iter(index string) *Iter {
 // Iter walks an index in key order, forward or backward. Key and Value are
 // valid until the next move or the end of the View (copy them to keep them):
 // while the View runs, the memory they point into stays mapped, even if
-// Close gives up waiting for it. Used after its View returned, or after
-// Close gave up waiting for the View, its moves return false, Key and Value
-// return nil, and Err says why.
+// Close gives up waiting for it. They are read-only: they may point into
+// the page file's read-only mapping, where a write into them kills the
+// process with a fault that recover does not catch, or into the store's
+// memory, which other readers share. Copy a key or value before changing
+// it (appending to one is safe: its capacity ends at its length). Used
+// after its View returned, or after Close gave up waiting for the View,
+// its moves return false, Key and Value return nil, and Err says why.
+//
+// A move that finds no key (Next past the last, Prev before the first, a
+// Seek past the last) leaves the iterator off the index: Next and Prev
+// then return false too, until First, Last or Seek puts it back on a key.
+// To step back from a Seek that went past the end, call Last.
 type Iter struct {
 	s        *Snapshot
 	c        *mergeCursor
@@ -497,7 +506,10 @@ func (it *Iter) Last() bool {
 	return it.set(it.c.last())
 }
 
-// Seek moves to the smallest key >= key.
+// Seek moves to the smallest key >= key. Any key may be given, even an
+// empty one (First) or one longer than MaxKeySize (the smallest stored key
+// above it; no stored key is that long): unlike Get, it takes no key for
+// ErrInvalid.
 func (it *Iter) Seek(key []byte) bool {
 	if !it.move() {
 		return false
@@ -505,7 +517,7 @@ func (it *Iter) Seek(key []byte) bool {
 	return it.set(it.c.seek(key))
 }
 
-// Next moves to the next key.
+// Next moves to the next key. Off the index (see Iter) it returns false.
 func (it *Iter) Next() bool {
 	if !it.ok || !it.move() {
 		return false
@@ -513,7 +525,8 @@ func (it *Iter) Next() bool {
 	return it.set(it.c.next())
 }
 
-// Prev moves to the previous key.
+// Prev moves to the previous key. Off the index (see Iter) it returns
+// false.
 func (it *Iter) Prev() bool {
 	if !it.ok || !it.move() {
 		return false
@@ -521,7 +534,9 @@ func (it *Iter) Prev() bool {
 	return it.set(it.c.prev())
 }
 
-// Key returns the current key.
+// Key returns the current key, or nil off the index. It is read-only and
+// valid until the next move or the end of the View (see Iter): copy it to
+// change or keep it.
 func (it *Iter) Key() []byte {
 	if !it.ok || !it.readable() {
 		return nil
@@ -530,7 +545,9 @@ func (it *Iter) Key() []byte {
 }
 
 // Value returns the current value (a copy if it was kept in the journal). On
-// error it returns nil and Err reports it.
+// error it returns nil and Err reports it. It is read-only and valid until
+// the next move or the end of the View (see Iter): copy it to change or
+// keep it; a write into it may kill the process.
 func (it *Iter) Value() []byte {
 	if !it.ok || !it.readable() {
 		return nil
@@ -556,8 +573,9 @@ func (it *Iter) Value() []byte {
 //		...
 //	}
 //
-// k and v are Key and Value: valid until the next step or the end of the
-// View (copy them to keep them). The sequence stops at the first error
+// k and v are Key and Value: read-only (a write into them may kill the
+// process, see Iter), valid until the next step or the end of the View
+// (copy them to change or keep them). The sequence stops at the first error
 // (a value that cannot be read, the View's end, Close giving up waiting)
 // without yielding the failed entry, so check Err after the loop. Breaking
 // out of the loop leaves the iterator on the last key yielded (Next goes

@@ -13,14 +13,14 @@ type Stats struct {
 	// too many pages were dirty.
 	WriteStalls uint64
 
-	Checkpoints        uint64
+	Checkpoints        uint64        // checkpoints taken since Open began (a new store's first, inside Open, included)
 	CheckpointPages    uint64        // dirty pages handed to checkpoints
 	CheckpointTime     time.Duration // total
-	LastCheckpointTime time.Duration
+	LastCheckpointTime time.Duration // the last checkpoint's
 
-	JournalBytes    int64 // bytes written to the journal since Open
-	JournalFsyncs   int64
-	JournalRecords  int64
+	JournalBytes    int64  // bytes written to the journal since Open
+	JournalFsyncs   int64  // journal fsyncs since Open
+	JournalRecords  int64  // journal records written since Open
 	JournalSegments int    // segments on disk now
 	SegmentsRemoved uint64 // removed or archived by journal GC since Open
 	// SegmentReopens counts the sealed segments closed to stay within
@@ -31,12 +31,12 @@ type Stats struct {
 	// first GC after that View ends removes them. Views is the number of
 	// Views running now (Get, View, Update, Export, broker reads).
 	GCPostponed uint64
-	Views       int
+	Views       int // Views running now
 
 	// MemBytes is the memory the mem tables hold for the changes applied
 	// since the last checkpoint (estimated); MemVersions their versions.
 	MemBytes    int64
-	MemVersions int
+	MemVersions int // versions of keys in the mem tables
 	DirtyPages  int // pages changed and not yet checkpointed
 	// HeldPages is the number of page images held in memory for
 	// checkpoints: the dirty pages with contents, and the old images a
@@ -52,8 +52,8 @@ type Stats struct {
 	// RecoveryReport.FreeListLied); FreeListHeld the loaded pages held out
 	// of allocation until the background proof after a lie gets to them.
 	FreeListProven uint64
-	FreeListLies   uint64
-	FreeListHeld   uint64
+	FreeListLies   uint64 // loaded pages that failed the proof
+	FreeListHeld   uint64 // loaded pages held out of allocation
 
 	// PinnedSegments and PinnedBytes are the journal segments wholly
 	// before the last checkpoint's replay position, kept only because a
@@ -63,9 +63,9 @@ type Stats struct {
 	// including copies found stale when applied) out of sparsely used
 	// segments; see compact.go.
 	PinnedSegments  int
-	PinnedBytes     int64
-	Compactions     uint64
-	CompactedValues uint64
+	PinnedBytes     int64  // PinnedSegments' size on disk
+	Compactions     uint64 // compaction passes that moved values
+	CompactedValues uint64 // values those passes moved
 
 	// Recovery is the report of the recovery Open ran.
 	Recovery RecoveryReport

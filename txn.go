@@ -36,17 +36,24 @@ type Txn struct {
 // write commits while fn runs, and fn's writes commit atomically when it
 // returns nil (and are then durable). If fn returns an error nothing is
 // written; if it panics, nothing is written and the panic goes on to the
-// caller (TestMisuse_TxnAndViewPanicsLeaveStoreUsable). Updates run one at a time, after the transactions submitted
+// caller. A Txn write that returned an error (ErrInvalid: a bad key or
+// index name, an oversized value) fails the whole transaction even if fn
+// ignores it and returns nil: Update returns that error and nothing is
+// written. Updates run one at a time, after the transactions submitted
 // before them are applied; concurrent blind writes belong in Write, ordered
 // ones in Submit. The deferred transactions queued (Defer) run first; fn's
 // commit makes them durable with it, and an Update whose fn writes nothing
 // syncs them itself (under SyncAlways), and any NoSync commit before it, as
 // any write that returns would.
 //
-// Inside fn, Get, View and Checkpoint work (Get and View see the committed
-// state, without fn's writes); Update, Submit, Write, Put, Delete and
-// Close, which would wait for this Update to end, return ErrInvalid at once
-// (see lifecycle.go).
+// Inside fn (as inside a Submit's function, or a deferred transaction's),
+// Get, View, Sync and Checkpoint work (Get and View see the committed
+// state, without fn's writes; Sync and Checkpoint leave the deferred
+// transactions and compaction for after fn). Put, Delete, Write, Update,
+// Submit, Close and the broker's writes, which would wait for this Update
+// to end, and Defer, whose transaction would run inside it, return
+// ErrInvalid at once; so does Compact when it has values to move. Use the
+// Txn.
 func (db *DB) Update(fn func(tx *Txn) error) error {
 	return db.update(userTreePrefix, fn)
 }

@@ -22,7 +22,9 @@ import (
 
 // ErrDuplicate is returned by Send (and a transaction's Commit or Prepare)
 // for a message whose ID is kept in its destination already, or whose
-// producer sequence is not above its producer's last one.
+// producer sequence is not above its producer's last one; and by
+// Tx.Prepare for an xid that is prepared already (the message names the
+// transaction).
 var ErrDuplicate = errors.New("broker: duplicate message")
 
 // DestKind says whether a destination is a queue or a topic.
@@ -38,6 +40,7 @@ const (
 	Topic DestKind = 2
 )
 
+// String returns "queue", "topic", or "DestKind(n)" for another value.
 func (k DestKind) String() string {
 	switch k {
 	case Queue:
@@ -67,9 +70,9 @@ type Message struct {
 	// restarts; it is reset by DeleteDestination). An empty ProducerID skips
 	// the check.
 	ProducerID  string
-	ProducerSeq uint64
-	Properties  map[string]string
-	Body        []byte
+	ProducerSeq uint64            // see ProducerID
+	Properties  map[string]string // the message's properties, by name
+	Body        []byte            // the message's payload
 	// Seq is the message's sequence number in its destination, set by the
 	// store (1, 2, 3, ...; never reused, also across Purge).
 	Seq uint64
@@ -77,8 +80,8 @@ type Message struct {
 
 // DestInfo describes a destination.
 type DestInfo struct {
-	Kind DestKind
-	Name string
+	Kind DestKind // queue or topic
+	Name string   // the destination's name
 	// Count and Bytes are the messages kept and the size of their encoding;
 	// both are kept up to date on every write, no scan.
 	Count, Bytes uint64
@@ -88,7 +91,7 @@ type DestInfo struct {
 
 // SubInfo describes a durable subscription.
 type SubInfo struct {
-	Name    string
+	Name    string // the subscription's name
 	Pending uint64 // messages it has not acked
 }
 
@@ -734,18 +737,29 @@ func (b *Broker) Send(kind DestKind, dest string, m *Message) (uint64, error) {
 	return seq, nil
 }
 
-// Ack removes the given messages of a queue. An unknown sequence number
-// fails the whole call with kdb.ErrNotFound. On return (nil) it is durable.
-// It is one batch, all or nothing: more messages than one batch removes (a
-// few thousand, ~300 with 64 KiB segments) are kdb.ErrInvalid, with
-// nothing written; AckAsync cuts such a list into several.
+// Ack removes the given messages of a queue. On return (nil) it is durable.
+// It is one batch, all or nothing: an unknown queue or sequence number is
+// kdb.ErrNotFound, and so is a sequence number listed twice (its second
+// ack finds the message gone, though the message is there: "message N"),
+// with nothing written.
+//
+// More messages than one batch holds are kdb.ErrInvalid ("split the
+// batch"), with nothing written; AckAsync cuts such a list into several.
+// Each message takes 61+len(ID) bytes of the batch record (62+len(ID) from
+// 128-byte IDs on), and the call about 47+len(dest) more, out of
+// kdb.DB.MaxBatchSize (a quarter of kdb.Options.SegmentSize, at most 16 MiB):
+// with 45-byte IDs and a 1-byte queue name, 154 messages with 64 KiB
+// segments, 79,137 with the default 32 MiB.
 func (b *Broker) Ack(kind DestKind, dest string, seqs ...uint64) error {
 	return b.write(false, func(w *bwrite) error { return w.ack(kind, dest, seqs) })
 }
 
 // AckSub acknowledges messages for one durable subscription of a topic; a
 // message is removed once every subscription acked it. On return (nil) it
-// is durable. One batch, as Ack.
+// is durable. One batch, as Ack: an unknown topic or subscription, or a
+// sequence number not pending for it (or listed twice), is kdb.ErrNotFound
+// with nothing written; each message takes up to 23 bytes more of the
+// batch record than in Ack (its pending entry).
 func (b *Broker) AckSub(topic, sub string, seqs ...uint64) error {
 	return b.write(false, func(w *bwrite) error { return w.ackSub(topic, sub, seqs) })
 }

@@ -88,7 +88,9 @@ func (b *Broker) Destination(kind DestKind, dest string) (DestInfo, error) {
 }
 
 // Read returns up to max messages of a destination in sequence order,
-// starting at sequence number from. A negative max is kdb.ErrInvalid.
+// starting at sequence number from. A negative max is kdb.ErrInvalid; a
+// destination that does not exist (not created yet, or deleted) is
+// kdb.ErrNotFound, even with max 0.
 func (b *Broker) Read(kind DestKind, dest string, from uint64, max int) ([]Message, error) {
 	if max < 0 {
 		return nil, fmt.Errorf("%w: Read of %d messages", kdb.ErrInvalid, max)
@@ -210,7 +212,7 @@ func (s snap) subID(topic, sub string) (*destRec, uint64, error) {
 }
 
 // Pending returns the number of messages a subscription has not acked,
-// without a scan.
+// without a scan. An unknown topic or subscription is kdb.ErrNotFound.
 func (b *Broker) Pending(topic, sub string) (uint64, error) {
 	var n uint64
 	err := b.view(func(s snap) error {
@@ -226,7 +228,8 @@ func (b *Broker) Pending(topic, sub string) (uint64, error) {
 
 // ReadSub returns up to max messages pending for a subscription, in
 // sequence order, starting at sequence number from (0 or 1: its position,
-// the oldest message it has not acked). A negative max is kdb.ErrInvalid.
+// the oldest message it has not acked). A negative max is kdb.ErrInvalid;
+// an unknown topic or subscription is kdb.ErrNotFound.
 func (b *Broker) ReadSub(topic, sub string, from uint64, max int) ([]Message, error) {
 	if max < 0 {
 		return nil, fmt.Errorf("%w: ReadSub of %d messages", kdb.ErrInvalid, max)

@@ -50,12 +50,17 @@ func (tx *Tx) Send(kind DestKind, dest string, m *Message) error {
 	return tx.add(txOp{kind: txSend, dk: kind, dest: dest, msg: m})
 }
 
-// Ack adds queue acks to the transaction.
+// Ack adds queue acks to the transaction. They are checked at Commit (and
+// Prepare): an unknown queue or sequence number, or a sequence number
+// listed twice in the transaction, fails it with kdb.ErrNotFound, nothing
+// written.
 func (tx *Tx) Ack(kind DestKind, dest string, seqs ...uint64) error {
 	return tx.add(txOp{kind: txAck, dk: kind, dest: dest, seqs: append([]uint64(nil), seqs...)})
 }
 
-// AckSub adds subscription acks to the transaction.
+// AckSub adds subscription acks to the transaction, checked at Commit
+// (and Prepare) as Broker.AckSub checks them: kdb.ErrNotFound, nothing
+// written.
 func (tx *Tx) AckSub(topic, sub string, seqs ...uint64) error {
 	return tx.add(txOp{kind: txAckSub, dk: Topic, dest: topic, sub: sub, seqs: append([]uint64(nil), seqs...)})
 }
@@ -184,7 +189,8 @@ func (tx *Tx) Rollback() { tx.done = true }
 // back); only a DeleteDestination of a destination it acks in is refused
 // until it is finished. It may ack only messages sent before it: an ack of
 // one of its own sends (numbered only at CommitPrepared) is ErrInvalid, as
-// is an ack in a destination it creates. On return (nil) it is durable.
+// is an ack in a destination it creates. An xid prepared already is
+// ErrDuplicate. On return (nil) it is durable.
 func (tx *Tx) Prepare(xid string) error {
 	if err := tx.usable(); err != nil {
 		return err

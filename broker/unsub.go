@@ -34,9 +34,10 @@ import (
 // Unsubscribe deletes a durable subscription, acking everything pending for
 // it. From its first batch on the subscription is gone (not listed, not
 // delivered to, kdb.ErrNotFound by name); a subscription with many messages
-// pending is acked in several batches (a few thousand messages each, fewer
-// with small segments). A crash in between leaves the rest to the next
-// Broker Open. On return (nil) it is deleted, durably.
+// pending is acked in several batches (kdb.DB.MaxBatchSize/512 messages each:
+// 16,384 with the default 32 MiB segments, 32 with 64 KiB ones). A crash
+// in between leaves the rest to the next Broker Open. An unknown topic or
+// subscription is kdb.ErrNotFound. On return (nil) it is deleted, durably.
 func (b *Broker) Unsubscribe(topic, sub string) error {
 	var g goneSub
 	finished := false
@@ -192,7 +193,8 @@ func (w *bwrite) dropGone(d *destRec) error {
 
 // Purge removes every message of a destination (and everything pending for
 // its subscriptions); their space comes back. Sequence numbers, the
-// producer audit and the subscriptions stay. On return (nil) it is durable.
+// producer audit and the subscriptions stay. An unknown destination is
+// kdb.ErrNotFound. On return (nil) it is durable.
 func (b *Broker) Purge(kind DestKind, dest string) error {
 	return b.write(true, func(w *bwrite) error {
 		d, err := w.dest(kind, dest, false)
@@ -238,7 +240,8 @@ func (w *bwrite) dropIfExists(tree string) {
 }
 
 // DeleteDestination removes a destination, its messages, subscriptions and
-// producer audit; its space comes back. On return (nil) it is durable. A
+// producer audit; its space comes back. On return (nil) it is durable. An
+// unknown destination is kdb.ErrNotFound. A
 // destination that a prepared transaction acks messages of is
 // kdb.ErrInvalid, naming the transaction: commit or roll it back first (a
 // destination made again numbers its messages from 1 again, so the
