@@ -472,6 +472,38 @@ m kdbtool-import-unmarked cmd/kdbtool/export.go \
 m kdbtool-repair-no-interrupt cmd/kdbtool/repair.go \
   $'\t// ctrl-C (or SIGTERM): --apply stops at its next safe point (stepDone,\n\t// carryOut) and says what it changed; a dry run writes nothing and\n\t// stops at once.\n\tctx, stop := onInterrupt()' $'\tctx, stop := context.WithCancel(context.Background())' \
   './cmd/kdbtool' "repair has no SIGINT/SIGTERM handling: ctrl-C kills it wherever it is, with no word of what it changed"
+m first-checkpoint-not-taken recovery/recover.go \
+  'if !o.ReadOnly && rp != nil && from.IsZero() && o.Checkpoint != nil {' 'if false {' \
+  './recovery . ./broker' "a store never checkpointed gets no first checkpoint in Open: killed before its timer's, a store that lost db-1.log opens empty"
+
+m mem-frozen-tree-ignored mem.go \
+  'if f := v.st.frozen; f != nil {' 'if f := v.st.frozen; false && f != nil {' \
+  '.' "while a checkpoint flushes, an index created since the last one and not written since the freeze reads as missing (Get, Len, Iter, Export)"
+m mem-trees-active-first mem.go \
+  'range [2]*memTable{v.st.frozen, v.st.active}' 'range [2]*memTable{v.st.active, v.st.frozen}' \
+  '.' "while a checkpoint flushes, the frozen table's older verdict on an index (dropped, created again) wins: Indexes, Export and Check miss or list the wrong ones"
+m resolve-type-unchecked read.go \
+  'if rec.Type != recValue || len(rec.Payload) != size {' 'if len(rec.Payload) != size {' \
+  '.' "an index reference to a journal record that is not a value (damage) returns that record's bytes as the user's value"
+m resolve-size-unchecked read.go \
+  'if rec.Type != recValue || len(rec.Payload) != size {' 'if rec.Type != recValue {' \
+  '.' "an index reference whose size disagrees with its value record (damage) reads as a value, unreported"
+
+m compact-returns-unsynced compact.go \
+  'err = wrapErr(db.j.Sync())' 'err = nil' \
+  '.' "Compact returns before its moves are durable (its doc promises them durable on return)"
+
+m other-store-data-unnamed recovery/recover.go \
+  '	if errors.Is(err, journal.ErrOtherStore) {' '	if false && errors.Is(err, journal.ErrOtherStore) {' \
+  './recovery .' "another store's db.data copied in is blamed on db-1.log ('segment of another store'), and kdbtool repair advises skipping the journal"
+m other-store-journal-skipped recovery/recover.go \
+  '	if jo.SkipDamaged {' '	if false && jo.SkipDamaged {' \
+  './recovery .' "with another store's db.data, SkipDamagedJournal drops every segment as damage and serves the foreign index, exit 0"
+
+m sync-waits-for-ackasync-being-handed broker/ackasync.go \
+  '	if len(a.handing) > 0 {' '	if false && len(a.handing) > 0 {' \
+  './broker' "Broker.Sync waits for an AckAsync that had not returned when it began: queued after the engine's Sync, it waits for the SyncInterval timer"
+
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
