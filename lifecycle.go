@@ -274,6 +274,15 @@ func (db *DB) rlockWrite(call string) error {
 	return nil
 }
 
+// RefuseNested returns ErrInvalid, naming call, if the calling goroutine
+// runs the function of an Update, a Submit or a deferred transaction of
+// db, or a deferred transaction's done function: there a call that waits
+// for writes to commit may wait for itself, since they commit only once
+// that function returns. Elsewhere, inside a View's function too, it
+// returns nil. A package built on db (the broker) calls it first in its
+// own calls that wait so, to refuse them at once as db's writes are.
+func (db *DB) RefuseNested(call string) error { return db.nested(call) }
+
 // nested returns ErrInvalid if the calling goroutine runs an Update's or a
 // Submit's function, or a deferred transaction's done.
 func (db *DB) nested(call string) error {
@@ -294,7 +303,7 @@ func (db *DB) inFn(call string) error {
 			// committed by the Defer that fills it).
 			why = "would queue a transaction that runs inside this one"
 		}
-		return fmt.Errorf("%w: %s called inside an Update's or a Submit's function %s: use the Txn, or call it after Update or Submit returns", ErrInvalid, call, why)
+		return fmt.Errorf("%w: %s called inside an Update's, a Submit's or a deferred transaction's function %s: use the Txn, or call it after that function returns", ErrInvalid, call, why)
 	}
 	return nil
 }

@@ -322,7 +322,18 @@ func (w *bwrite) ackDeferred(kind DestKind, dest string, id uint64, seqs []uint6
 // shared with the writers syncing at the same time. A failure to sync
 // fails the handle. It returns too the errors of those AckAsyncs that
 // were never applied (their messages stay in the queue), each once.
+//
+// Called inside the function of an Update, a Submit or a deferred
+// transaction of the DB (or a deferred transaction's done), Sync returns
+// kdb.ErrInvalid at once, as the broker's writes do there: the write
+// hosting that function may have taken deferred acks, applied only once
+// the function returns (until 2026-12-08 Sync waited for them for good,
+// and Close behind it: TestSync_InsideATransactionFunctionIsInvalid).
+// Inside a View's function it works.
 func (b *Broker) Sync() error {
+	if err := b.db.RefuseNested("Broker.Sync"); err != nil {
+		return err
+	}
 	a := &b.acks
 	a.mu.Lock()
 	last := a.next

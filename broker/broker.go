@@ -109,8 +109,14 @@ type SubInfo struct {
 // Operations that scan trees or drop them (subscribe, purge, delete,
 // two-phase) run as an Update, which waits until nothing is in flight.
 //
-// A Broker is safe for concurrent use. It holds no state of its own beyond
-// the DB: several Brokers on one DB see the same store.
+// A Broker is safe for concurrent use: open one per DB and share it.
+// Several Brokers on one DB see the same store, but each keeps its own
+// AckAsyncs not yet applied: an AckAsync is checked against the other
+// AckAsyncs of its own Broker only (another Broker's AckAsync of the same
+// message may return nil too; the message is removed once), a Broker's
+// Sync waits for its own, and reports the failures of its own. The
+// destinations whose stored messages overrun their next sequence number
+// (refused sends, see Open) are likewise found by each Broker at its Open.
 type Broker struct {
 	db *kdb.DB
 	ns *kdb.Namespace
@@ -128,8 +134,12 @@ const Namespace = "b"
 // Open returns the message store kept in db (empty until the first write).
 // It writes only to finish the Unsubscribes a crash cut short (acking what
 // is still pending for those subscriptions): a read-only DB serves the
-// reading methods, and leaves them to the next writable open.
+// reading methods, and leaves them to the next writable open. A nil db is
+// kdb.ErrInvalid.
 func Open(db *kdb.DB) (*Broker, error) {
+	if db == nil {
+		return nil, fmt.Errorf("%w: broker.Open: nil DB", kdb.ErrInvalid)
+	}
 	ns, err := db.Namespace(Namespace)
 	if err != nil {
 		return nil, err

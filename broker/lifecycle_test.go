@@ -2,6 +2,8 @@ package broker_test
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -148,5 +150,105 @@ func TestBroker_AfterCloseIsClosed(t *testing.T) {
 	}
 	if err := checkStore(b2); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Broker.Sync called inside the function of an Update, a Submit (the DB's
+// or a namespace's) or a deferred transaction, or inside a deferred
+// transaction's done, is ErrInvalid at once, with an AckAsync waiting: the
+// host may have taken that ack, applied only after the function returns,
+// and Sync waited for it for good, and Close behind it (an outside tester,
+// 2026-12-08). Inside a View it works, and after each refusal the ack is
+// applied.
+func TestSync_InsideATransactionFunctionIsInvalid(t *testing.T) {
+	db, err := kdb.Open("/db", &kdb.Options{FS: vfs.NewMem(), CheckpointInterval: -1, SyncInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Not closed on a failure: a hung Sync would hang Close too.
+	b := openOn(t, db)
+	ackOne := func(id string) {
+		t.Helper()
+		seq, err := b.Send(broker.Queue, "q", &broker.Message{ID: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.AckAsync(broker.Queue, "q", seq); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if !errors.Is(err, kdb.ErrInvalid) || !strings.Contains(err.Error(), "Broker.Sync") {
+			t.Fatalf("Broker.Sync inside %s: %v, want ErrInvalid naming Broker.Sync", what, err)
+		}
+	}
+	gone := func(what, id string) {
+		t.Helper()
+		if err := b.Sync(); err != nil {
+			t.Fatalf("after %s: Sync: %v", what, err)
+		}
+		if _, err := b.GetMessage(broker.Queue, "q", id); !errors.Is(err, kdb.ErrNotFound) {
+			t.Fatalf("after %s: message %s: %v, want ErrNotFound (its ack applied)", what, id, err)
+		}
+	}
+	cases := []struct {
+		name string
+		run  func() error
+	}{
+		{"Submit", func() error {
+			c, err := db.Submit(func(*kdb.Txn) error { refused("Submit", b.Sync()); return nil })
+			if err != nil {
+				return err
+			}
+			return c.Wait()
+		}},
+		{"a namespace's Submit", func() error {
+			ns, err := db.Namespace("b")
+			if err != nil {
+				return err
+			}
+			c, err := ns.Submit(func(*kdb.Txn) error { refused("a namespace's Submit", b.Sync()); return nil })
+			if err != nil {
+				return err
+			}
+			return c.Wait()
+		}},
+		{"Update", func() error {
+			return db.Update(func(*kdb.Txn) error { refused("Update", b.Sync()); return nil })
+		}},
+		{"a deferred transaction", func() error {
+			if err := db.Defer(func(*kdb.Txn) error { refused("a deferred transaction", b.Sync()); return nil }, nil); err != nil {
+				return err
+			}
+			return db.Put("u", []byte("k"), []byte("v"))
+		}},
+		{"a deferred transaction's done", func() error {
+			if err := db.Defer(func(*kdb.Txn) error { return nil }, func(error) { refused("a done", b.Sync()) }); err != nil {
+				return err
+			}
+			return db.Put("u", []byte("k"), []byte("v"))
+		}},
+		{"View", func() error {
+			return db.View(func(*kdb.Snapshot) error { return b.Sync() })
+		}},
+	}
+	for i, c := range cases {
+		id := fmt.Sprintf("m%d", i)
+		ackOne(id)
+		if err := within(t, 10*time.Second, c.name, c.run); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		gone(c.name, id)
+	}
+	if err := within(t, 10*time.Second, "Close", db.Close); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// broker.Open of a nil DB is ErrInvalid, not a nil dereference.
+func TestOpen_NilDBIsInvalid(t *testing.T) {
+	if b, err := broker.Open(nil); !errors.Is(err, kdb.ErrInvalid) || b != nil {
+		t.Fatalf("broker.Open(nil) = %v, %v; want nil, ErrInvalid", b, err)
 	}
 }
