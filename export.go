@@ -16,6 +16,7 @@ import (
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/kdb-project/kdb/index"
+	"github.com/kdb-project/kdb/internal/storefile"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -390,7 +391,7 @@ func importTarget(fsys vfs.FS, dir string) error {
 // the import's own cleanup treat it as flat), and a store built inside it
 // would be copied, moved and deleted with it.
 func notInsideAStore(fsys vfs.FS, dir string) error {
-	store, err := storeAbove(fsys, dir)
+	store, err := storefile.Above(fsys, dir)
 	if err != nil {
 		return fmt.Errorf("kdb: Import: %s: looking for a store above it: %w", dir, err)
 	}
@@ -399,57 +400,6 @@ func notInsideAStore(fsys vfs.FS, dir string) error {
 			ErrInvalid, dir, store)
 	}
 	return nil
-}
-
-// storeAbove returns the nearest directory above dir (its parent, the
-// parent's parent, ... up to the root) that holds a store (a db.data of
-// any kind, as importTarget tells a store), or "" if none does. The walk
-// starts at the nearest of those that exists and is a directory (what does
-// not exist yet holds nothing). On the OS file system the path is made
-// absolute and its symbolic links resolved first, so that a link to a
-// store's directory (or into it) is seen through, as the rename that puts
-// the store in place sees it.
-func storeAbove(fsys vfs.FS, dir string) (string, error) {
-	d := filepath.Dir(dir)
-	if fsys == vfs.OS {
-		abs, err := filepath.Abs(d)
-		if err != nil {
-			return "", err
-		}
-		d = abs
-	}
-	for {
-		_, isDir, err := fsys.Stat(d)
-		if err == nil && isDir {
-			break
-		}
-		up := filepath.Dir(d)
-		if up == d {
-			return "", nil
-		}
-		d = up
-	}
-	if fsys == vfs.OS {
-		real, err := filepath.EvalSymlinks(d)
-		if err != nil {
-			return "", err
-		}
-		d = real
-	}
-	for {
-		_, err := vfs.LType(fsys, filepath.Join(d, "db.data"))
-		if err == nil {
-			return d, nil
-		}
-		if !errors.Is(err, iofs.ErrNotExist) {
-			return "", err
-		}
-		up := filepath.Dir(d)
-		if up == d {
-			return "", nil
-		}
-		d = up
-	}
 }
 
 // isImportTemp reports whether name is a temporary directory name of an

@@ -20,7 +20,6 @@ import (
 	"time"
 
 	"github.com/kdb-project/kdb"
-	"github.com/kdb-project/kdb/internal/storefile"
 	"github.com/kdb-project/kdb/vfs"
 )
 
@@ -78,6 +77,25 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 		return failed(stdout, stderr, "demo", *asJSON, prefix, err, code)
 	}
 	scanDir := dir + "-scan"
+	// Checked first: nothing (not even the lock below) is made inside
+	// another store's directory.
+	if err := insideStore(dir, "name a directory outside it"); err != nil {
+		return fail("", err, refusalExit(err))
+	}
+	// The demo's own lock, held to its end: a second demo of the same DIR
+	// (or one whose DIR or DIR-scan is this one's) is refused at once,
+	// before it judges or removes anything. The store's lock cannot serve:
+	// the demo's child holds it, and between the child's death and the
+	// reopen nobody does.
+	runLocks, err := lockDemoRun(dir, scanDir)
+	if err != nil {
+		return fail("", err, exitFor(err))
+	}
+	defer func() {
+		for _, lk := range runLocks {
+			_ = lk.Close()
+		}
+	}()
 	for _, d := range []string{dir, scanDir} {
 		if err := demoRemovable(d); err != nil {
 			return fail("", err, exitUsage)
@@ -127,6 +145,9 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	kill, err := runAndKill(dir, *sizeMiB, seed, stderr, say)
 	if err != nil {
 		return fail("", err, exitIO)
+	}
+	if testHookDemoKilled != nil {
+		testHookDemoKilled()
 	}
 	// Keep a copy of the crashed state, so that the scan path runs on exactly
 	// the state the trusted path saw.
@@ -200,6 +221,9 @@ func demoDirArg(p string) (string, error) {
 	d := vfs.CleanPath(p)
 	if d == string(filepath.Separator) {
 		return "", fmt.Errorf("DIR %s is the root directory: %s", p, hint)
+	}
+	if cwdOrParent(d) {
+		return "", fmt.Errorf("DIR %s is the current directory or one of its parents: %s", p, hint)
 	}
 	return d, nil
 }
@@ -305,6 +329,11 @@ func demoKillDelay(seed uint64) time.Duration {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	return time.Duration(200+rng.IntN(1500)) * time.Millisecond
 }
+
+// testHookDemoKilled, if set (by tests only: TestMain sets it in a child),
+// is called once the demo's writer is killed, before the crashed store is
+// copied: nobody holds the store's lock then.
+var testHookDemoKilled func()
 
 // testHookDemoCopied, if set (by tests only: TestMain sets it in a child),
 // is called once the crashed store has been copied to scanDir, before
@@ -467,14 +496,13 @@ func demoRemovable(dir string) error {
 	if err != nil {
 		return err
 	}
+	if err := strayFile(dir, ents, demoMark, "name a new directory (the demo deletes and rebuilds it)"); err != nil {
+		return err
+	}
 	marked := false
 	for _, e := range ents {
 		if e.Name() == demoMark && e.Type().IsRegular() {
 			marked = true
-			continue
-		}
-		if !storefile.Is(e.Name()) || !e.Type().IsRegular() {
-			return fmt.Errorf("%s holds %s, which is not a store's file: name a new directory (the demo deletes and rebuilds it)", dir, e.Name())
 		}
 	}
 	if len(ents) > 0 && !marked && !olderDemoStore(dir) {
@@ -558,4 +586,43 @@ func lockDemoDir(dir string) (vfs.Locker, error) {
 		return nil, fmt.Errorf("%w: %s: the store is open in another process (or handle); the demo deletes and rebuilds it: close it first, or name another directory: %w", kdb.ErrLocked, dir, err)
 	}
 	return lk, err
+}
+
+// demoLockSuffix names the lock file a demo holds for each directory it
+// deletes and rebuilds, DIR and DIR-scan: "." + base(d) + demoLockSuffix,
+// beside d. The file stays (empty) once the demo is over.
+const demoLockSuffix = ".demo.lock"
+
+// lockDemoRun takes the demo's own lock of each of dirs (DIR and DIR-scan),
+// exclusive, for the demo's whole run: a lock file beside each, created
+// (with the parent directory) if missing. A demo running on one of them
+// holds its lock: ErrLocked (exit 3) naming it, before anything is judged
+// or removed. On error no lock is held.
+func lockDemoRun(dirs ...string) ([]vfs.Locker, error) {
+	var locks []vfs.Locker
+	release := func() {
+		for _, lk := range locks {
+			_ = lk.Close()
+		}
+	}
+	for _, d := range dirs {
+		parent := filepath.Dir(d)
+		if err := os.MkdirAll(parent, 0o750); err != nil {
+			release()
+			return nil, err
+		}
+		name := filepath.Join(parent, "."+filepath.Base(d)+demoLockSuffix)
+		lk, err := vfs.OS.Lock(name)
+		if errors.Is(err, vfs.ErrLocked) {
+			release()
+			return nil, fmt.Errorf("%w: %s: another kdbtool demo is running on it (it holds %s); wait for it to finish, or name another directory: %w",
+				kdb.ErrLocked, d, name, err)
+		}
+		if err != nil {
+			release()
+			return nil, fmt.Errorf("locking %s for the demo: %w", d, err)
+		}
+		locks = append(locks, lk)
+	}
+	return locks, nil
 }

@@ -73,10 +73,14 @@ func TestDemo_RefusesDotPaths(t *testing.T) {
 		}
 		return 0, out.String(), errb.String()
 	}
-	for _, dir := range []string{".", "./", filepath.Join(root, "myd5") + "/.", "myd5/.", "myd5/..", empty + "/.", ""} {
+	for _, dir := range []string{".", "./", filepath.Join(root, "myd5") + "/.", "myd5/.", "myd5/..", empty + "/.", "", empty, root, "../empty"} {
 		code, stdout, stderr := demoIn(dir)
 		want := `ends in "."`
-		if strings.HasSuffix(dir, "..") {
+		if dir == empty || dir == root || dir == "../empty" {
+			// The current directory (or a parent) by its name: the demo
+			// would delete the directory the shell stands in.
+			want = "is the current directory or one of its parents"
+		} else if strings.HasSuffix(dir, "..") {
 			want = `ends in ".."`
 		} else if dir == "" {
 			want = "DIR is empty: name a new directory"

@@ -502,6 +502,13 @@ func runImport(args []string, stdout, stderr io.Writer) int {
 	if err := pathArg(fs, "DIR", dir); err != nil {
 		return argsFailed(fs, stdout, err)
 	}
+	// kdb.Import refuses "." and "..", but kdbtool hands it an absolute
+	// name (importPath): the store was built and renamed over the
+	// directory the shell stands in, and the report's open of "." failed
+	// (getwd: no such file or directory), exit 3.
+	if cwdOrParent(dir) {
+		return usageErr(fs, stdout, "DIR %s is the current directory or one of its parents, which import would replace with the new store: name a new directory (or an empty one by its name)", fs.Arg(1))
+	}
 	if _, err := os.Stat(filepath.Join(dir, "db.data")); err == nil {
 		err := fmt.Errorf("%s already holds a store; import creates a new one", dir)
 		return failed(stdout, stderr, "import", *asJSON, "", err, exitProblems)

@@ -40,10 +40,13 @@ type inspectOut struct {
 	Redo            redoOut     `json:"redo"`
 	Journal         journalOut  `json:"journal"`
 	Store           storeOut    `json:"store"`
-	Problems        []problem   `json:"problems"`
-	raw             *pagefile.Inspection
-	jerr            error // opening the journal read-only
-	serr            error // opening or reading the store read-only
+	// Leftovers: partial .broken copies a killed repair --apply left
+	// (brokenLeftovers), each also a warning; repair --apply removes them.
+	Leftovers []leftoverOut `json:"leftovers"`
+	Problems  []problem     `json:"problems"`
+	raw       *pagefile.Inspection
+	jerr      error // opening the journal read-only
+	serr      error // opening or reading the store read-only
 }
 
 type metaOut struct {
@@ -190,7 +193,7 @@ type storeOut struct {
 // problem is one finding of inspect, check or repair.
 type problem struct {
 	Severity string `json:"severity"` // "error" or "warning"
-	Area     string `json:"area"`     // "pagefile", "free_list", "redo", "journal", "index", "store"
+	Area     string `json:"area"`     // "pagefile", "free_list", "redo", "journal", "index", "store", "leftover"
 	Message  string `json:"message"`
 }
 
@@ -245,7 +248,7 @@ func inspectStore(dir string) (*inspectOut, error) {
 	// Every slice starts empty, never nil: --json prints every documented
 	// field, [] rather than null or nothing (a script reads d["problems"]).
 	out := &inspectOut{Dir: dir, PageSize: in.PageSize, StoreID: in.StoreID, DataSize: in.DataSize, raw: in,
-		MetaSlots: []slotOut{}, FreeList: freeListOut{Files: []freeFileOut{}}, Problems: []problem{}}
+		MetaSlots: []slotOut{}, FreeList: freeListOut{Files: []freeFileOut{}}, Leftovers: []leftoverOut{}, Problems: []problem{}}
 	m := in.Meta
 	out.Meta = metaOut{
 		CheckpointID: m.ID.String(), Seq: m.Seq, PageSize: m.PageSize, PageCount: m.PageCount,
@@ -331,6 +334,14 @@ func inspectStore(dir string) (*inspectOut, error) {
 				}
 			}
 		}
+	}
+	// What a repair --apply killed while saving a .broken copy left: the
+	// store never reads it, but it takes space and looks like a backup.
+	out.Leftovers = brokenLeftovers(dir)
+	for _, l := range out.Leftovers {
+		out.Problems = append(out.Problems, problem{"warning", "leftover", fmt.Sprintf(
+			"%s (%d bytes) is a partial .broken copy that a kdbtool repair --apply killed while saving it left (unless a repair --apply is running now); the store does not use it: kdbtool repair --apply removes it",
+			filepath.Join(dir, l.Name), l.Size)})
 	}
 	fl.LiedPages, fl.FirstLiedPage, fl.LieReason = in.Lies, uint64(in.FirstLie), in.LieReason
 	fl.DamagedLiedPages, fl.BeyondEndPages = in.DamagedLies, in.BeyondEnd

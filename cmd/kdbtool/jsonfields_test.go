@@ -40,10 +40,10 @@ func TestJSON_CleanStoreHasEveryDocumentedField(t *testing.T) {
 		"store.as_of_checkpoint", "store.indexes[].name", "store.indexes[].keys",
 		"store.destinations[].kind", "store.destinations[].name", "store.destinations[].count", "store.destinations[].bytes",
 		"store.destinations[].next_seq", "store.destinations[].subscriptions[]", "store.prepared[]", "store.error",
-		"problems[]",
+		"leftovers[]", "problems[]",
 	}
 	check := []string{"ok", "problems[]", "index", "journal_records", "journal_bytes", "journal_checked", "journal_not_checked"}
-	repair := []string{"apply", "problems[]", "actions[]", "unfixable[]", "saved[]", "recovery", "after", "ok", "done", "error", "lost", "lost_bytes"}
+	repair := []string{"apply", "problems[]", "actions[]", "unfixable[]", "saved[]", "recovery", "after", "ok", "done", "error", "lost", "lost_bytes", "leftovers[]"}
 
 	for _, s := range []struct{ name, dir string }{
 		{"a store with an index, a queue and a topic", makeStore(t, 300)},

@@ -25,6 +25,11 @@ const pausedSaving = "test: paused saving"
 // stderr once recover (or a writable verify) has the store open.
 const pausedOpen = "test: paused with the store open"
 
+// pausedDemo is what a child with KDBTOOL_TEST_PAUSE_DEMO=1 prints on
+// stderr once demo has killed its writer, before it copies the crashed
+// store (nobody holds the store's lock then).
+const pausedDemo = "test: paused the demo after the kill"
+
 // pausedRepairing is what a child with KDBTOOL_TEST_PAUSE_REPAIR=STEP prints
 // on stderr, with STEP, once repair --apply has done that step.
 const pausedRepairing = "test: paused repairing after"
@@ -55,6 +60,14 @@ func TestMain(m *testing.M) {
 					fmt.Fprintf(os.Stderr, "test: emptying %s: %v\n", scanDir, err)
 					os.Exit(97)
 				}
+			}
+		}
+		// KDBTOOL_TEST_PAUSE_DEMO=1: once demo has killed its writer,
+		// say so on stderr and wait until stdin is closed.
+		if os.Getenv("KDBTOOL_TEST_PAUSE_DEMO") == "1" {
+			testHookDemoKilled = func() {
+				fmt.Fprintln(os.Stderr, pausedDemo)
+				io.Copy(io.Discard, os.Stdin)
 			}
 		}
 		// KDBTOOL_TEST_PAUSE_SAVE=1: stop in the middle of saving a

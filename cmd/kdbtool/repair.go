@@ -9,7 +9,9 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/journal"
@@ -55,6 +57,10 @@ type repairOut struct {
 	// LostBytes is a lower bound of their size (0: unknown or none).
 	Lost      string `json:"lost"`
 	LostBytes int64  `json:"lost_bytes"`
+	// Leftovers: the partial .broken copies (brokenLeftovers) a repair
+	// --apply killed while saving left: removed with --apply, before
+	// anything else, under the store's lock; listed in a dry run.
+	Leftovers []leftoverOut `json:"leftovers"`
 	// Error: what stopped the repair after it made its plan (the report
 	// says what was done before it).
 	Error string `json:"error"`
@@ -140,6 +146,10 @@ var errRefused = errors.New("refused")
 // writes any file, and holds it until the store is closed again: on a live
 // store it returns ErrLocked having touched nothing, and no writer can open
 // the store while files are moved aside.
+//
+// The partial .broken copies a killed repair --apply left (leftovers) are
+// removed first, under that lock (a dry run lists them, and has something
+// to do).
 func repairStore(ctx context.Context, dir string, apply, rebuild bool, stderr io.Writer) (*repairOut, error) {
 	var fsys vfs.FS = vfs.OS
 	if apply {
@@ -150,6 +160,25 @@ func repairStore(ctx context.Context, dir string, apply, rebuild bool, stderr io
 		defer lk.Close()
 		fsys = lfs
 	}
+	left := brokenLeftovers(dir)
+	if apply {
+		if err := removeLeftovers(dir, left); err != nil {
+			return nil, err
+		}
+	}
+	out, err := planRepair(ctx, dir, apply, rebuild, fsys, stderr)
+	if out != nil {
+		out.Leftovers = left
+		if !apply && len(left) > 0 {
+			out.OK = false
+		}
+	}
+	return out, err
+}
+
+// planRepair is repairStore once the leftovers are dealt with: with
+// apply, fsys runs under the store's lock, which the caller holds.
+func planRepair(ctx context.Context, dir string, apply, rebuild bool, fsys vfs.FS, stderr io.Writer) (*repairOut, error) {
 	if lost, why := dataLost(dir); lost {
 		return repairLostData(ctx, dir, apply, rebuild, why, fsys, stderr)
 	}
@@ -811,6 +840,87 @@ func saveBroken(ctx context.Context, path string, move bool) (string, error) {
 	return dst, nil
 }
 
+// leftoverOut is a partial .broken copy that a repair --apply killed while
+// saving it left (brokenLeftovers).
+type leftoverOut struct {
+	Name string `json:"name"`
+	Size int64  `json:"size"`
+}
+
+// isBrokenTmp reports whether name is one that saveBroken writes a copy to
+// before it renames it: <f>.broken.tmp or <f>.broken.N.tmp, f a file that
+// repair saves by a copy (db.data, db.redo, db.free, db.free.prev, a
+// journal segment).
+func isBrokenTmp(name string) bool {
+	rest, ok := strings.CutSuffix(name, ".tmp")
+	if !ok {
+		return false
+	}
+	if i := strings.LastIndex(rest, ".broken."); i >= 0 {
+		n := rest[i+len(".broken."):]
+		if v, err := strconv.ParseUint(n, 10, 64); err == nil && v > 0 && strconv.FormatUint(v, 10) == n {
+			rest = rest[:i+len(".broken")]
+		}
+	}
+	f, ok := strings.CutSuffix(rest, ".broken")
+	if !ok {
+		return false
+	}
+	switch f {
+	case "db.data", "db.redo", "db.free", "db.free.prev":
+		return true
+	}
+	_, ok = journal.ParseSegmentName(f)
+	return ok
+}
+
+// brokenLeftovers lists the regular files of dir that saveBroken writes
+// its copies to (isBrokenTmp), sorted by name: a repair --apply killed
+// while it saved one left it, partial (one running now is writing it). The
+// store never reads them. A dir that cannot be read has none listed (what
+// reads it next says why).
+func brokenLeftovers(dir string) []leftoverOut {
+	left := []leftoverOut{} // JSON: an empty list, never null
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return left
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || !isBrokenTmp(e.Name()) {
+			continue
+		}
+		if st, err := e.Info(); err == nil {
+			left = append(left, leftoverOut{e.Name(), st.Size()})
+		}
+	}
+	return left
+}
+
+// removeLeftovers removes the leftovers left of the store in dir (from
+// brokenLeftovers) and syncs dir. The caller must hold the store's lock:
+// no repair is writing them then.
+func removeLeftovers(dir string, left []leftoverOut) error {
+	for _, l := range left {
+		p := filepath.Join(dir, l.Name)
+		if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("removing %s, a partial .broken copy a killed repair left: %w", p, err)
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	return syncDir(dir)
+}
+
+// leftoverList is left as "NAME (N bytes), ..." for the human output.
+func leftoverList(left []leftoverOut) string {
+	s := make([]string, len(left))
+	for i, l := range left {
+		s[i] = fmt.Sprintf("%s (%d bytes)", esc(l.Name), l.Size)
+	}
+	return strings.Join(s, ", ")
+}
+
 // brokenName is the name saveBroken saves path as: path.broken, or
 // path.broken.N if that exists.
 func brokenName(path string) string {
@@ -837,7 +947,10 @@ func copySynced(ctx context.Context, src, dst string) error {
 		return err
 	}
 	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	// O_NOFOLLOW: a symbolic link planted at dst (a .broken.tmp name in
+	// the store's directory) would have the copy written wherever it
+	// points, outside the store.
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_TRUNC|os.O_WRONLY|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
@@ -884,7 +997,22 @@ func printRepair(w io.Writer, o *repairOut) {
 	case o.Apply:
 		verb = "not done (the repair failed; see the error)"
 	}
-	if len(o.Actions) == 0 && len(o.Unfixable) == 0 {
+	if len(o.Leftovers) > 0 {
+		what := "would remove"
+		if o.Apply {
+			what = "removed"
+		}
+		which := "partial .broken copies a killed repair --apply left"
+		if len(o.Leftovers) == 1 {
+			which = "a partial .broken copy a killed repair --apply left"
+		}
+		fmt.Fprintf(w, "%s: %s: %s\n", what, leftoverList(o.Leftovers), which)
+	}
+	switch {
+	case len(o.Actions) > 0 || len(o.Unfixable) > 0:
+	case len(o.Leftovers) > 0:
+		fmt.Fprintf(w, "nothing else to repair\n")
+	default:
 		fmt.Fprintf(w, "nothing to repair\n")
 	}
 	if o.Apply && len(o.Unfixable) > 0 {
@@ -916,7 +1044,7 @@ func printRepair(w io.Writer, o *repairOut) {
 			o.After.FreeListMatchesMeta, o.After.FreeListFreePages, o.After.OK)
 		printProblems(w, o.After.Problems)
 	}
-	if !o.Apply && len(o.Actions) > 0 {
+	if !o.Apply && (len(o.Actions) > 0 || len(o.Leftovers) > 0) {
 		fmt.Fprintf(w, "dry run: rerun with --apply to make these changes\n")
 	}
 }

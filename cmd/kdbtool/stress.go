@@ -185,6 +185,9 @@ func runStress(args []string, stdout, stderr io.Writer) int {
 	if err := unfinishedImport(dir); err != nil {
 		return fail(err, exitFor(err))
 	}
+	if err := stressDir(dir); err != nil {
+		return fail(err, refusalExit(err))
+	}
 	if st, err := os.Stat(filepath.Join(dir, "db.data")); err == nil {
 		if err := dataFileKind(dir, st); err != nil {
 			return fail(err, exitFor(err))
@@ -491,6 +494,31 @@ func runVerify(args []string, stdout, stderr io.Writer) int {
 		return exitProblems
 	}
 	return exitOK
+}
+
+// stressNewStore is what stress's refusals of a directory advise.
+const stressNewStore = "stress writes test values only into a new store (in a new or empty directory), one holding only its --index, or a demo's: name a new directory"
+
+// stressDir returns an error (a dirRefusal: exit 2) if stress may not
+// make or open a store in dir, with the checks demo and import make of
+// the directory of a new store: a dir inside another store's directory
+// (insideStore), and, when dir holds no store yet (no db.data: stress
+// would create one), a dir that holds anything but a store's files and
+// the demo's mark (strayFile), such as another program's files. A store
+// that exists (stress's own, a demo's, an application's) is judged by
+// what it holds (stressTarget).
+func stressDir(dir string) error {
+	if err := insideStore(dir, "name a directory outside it"); err != nil {
+		return err
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "db.data")); err == nil {
+		return nil
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil // absent: a new store; anything else, the open says why
+	}
+	return strayFile(dir, ents, demoMark, stressNewStore)
 }
 
 // stressTarget returns nil if stress may write into the store at dir: a
