@@ -504,6 +504,16 @@ m sync-waits-for-ackasync-being-handed broker/ackasync.go \
   '	if len(a.handing) > 0 {' '	if false && len(a.handing) > 0 {' \
   './broker' "Broker.Sync waits for an AckAsync that had not returned when it began: queued after the engine's Sync, it waits for the SyncInterval timer"
 
+m demo-run-unlocked cmd/kdbtool/demo.go 'runLocks, err := lockDemoRun(dir, scanDir)' 'runLocks, err := []vfs.Locker(nil), error(nil)' './cmd/kdbtool' "a second kdbtool demo of the same DIR deletes and rebuilds DIR and DIR-scan under a running one, which then fails copying its crashed store"
+m demo-inside-a-store cmd/kdbtool/demo.go 'if err := insideStore(dir, "name a directory outside it"); err != nil {' 'if err := error(nil); err != nil {' './cmd/kdbtool' "kdbtool demo builds its stores (and its lock files) inside another store's directory"
+m demo-in-cwd cmd/kdbtool/demo.go '	if cwdOrParent(d) {' '	if false && cwdOrParent(d) {' './cmd/kdbtool' "kdbtool demo \$PWD deletes and rebuilds the directory the shell stands in"
+m import-into-current-dir cmd/kdbtool/export.go 'if cwdOrParent(dir) {' 'if false && cwdOrParent(dir) {' './cmd/kdbtool' "kdbtool import FILE . replaces the directory the shell stands in and exits 3 (getwd: no such file or directory)"
+m stress-into-foreign-dir cmd/kdbtool/stress.go 'if err := stressDir(dir); err != nil {' 'if err := error(nil); err != nil {' './cmd/kdbtool' "kdbtool stress writes a store among another program's files, or inside another store's directory"
+m repair-keeps-broken-tmp cmd/kdbtool/repair.go 'if err := removeLeftovers(dir, left); err != nil {' 'if err := error(nil); err != nil {' './cmd/kdbtool' "repair --apply says it removed a killed repair's partial .broken.tmp copies but leaves them"
+m inspect-hides-broken-tmp cmd/kdbtool/inspect.go 'out.Leftovers = brokenLeftovers(dir)' 'out.Leftovers = []leftoverOut{}' './cmd/kdbtool' "inspect and check say nothing of a partial .broken.tmp a killed repair left"
+m broken-tmp-link-followed cmd/kdbtool/repair.go '|syscall.O_NOFOLLOW, 0o600)' '|0*syscall.O_NOFOLLOW, 0o600)' './cmd/kdbtool' "a symbolic link planted at db.data.broken.tmp has repair's copy written where it points, outside the store"
+m broker-sync-nested broker/ackasync.go 'if err := b.db.RefuseNested("Broker.Sync"); err != nil {' 'if err := b.db.RefuseNested("Broker.Sync"); false && err != nil {' './broker' "Broker.Sync inside a Submit's or a deferred transaction's function waits for good for the acks its host took (and Close behind it)"
+
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
