@@ -514,6 +514,8 @@ m inspect-hides-broken-tmp cmd/kdbtool/inspect.go 'out.Leftovers = brokenLeftove
 m broken-tmp-link-followed cmd/kdbtool/repair.go '|syscall.O_NOFOLLOW, 0o600)' '|0*syscall.O_NOFOLLOW, 0o600)' './cmd/kdbtool' "a symbolic link planted at db.data.broken.tmp has repair's copy written where it points, outside the store"
 m broker-sync-nested broker/ackasync.go 'if err := b.db.RefuseNested("Broker.Sync"); err != nil {' 'if err := b.db.RefuseNested("Broker.Sync"); false && err != nil {' './broker' "Broker.Sync inside a Submit's or a deferred transaction's function waits for good for the acks its host took (and Close behind it)"
 
+m dump-id-not-exact cmd/kdbtool/dump.go 'ID: utf8Or(m.ID), IDHex: hex.EncodeToString([]byte(m.ID)),' 'ID: m.ID, IDHex: hex.EncodeToString([]byte(m.ID)),' './cmd/kdbtool' "dump --json gives a message ID that is not UTF-8 as U+FFFD in id"
+
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()

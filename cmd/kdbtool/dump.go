@@ -36,16 +36,26 @@ type dumpKey struct {
 	value     []byte  // --values: the value, for the human output
 }
 
+// A message's ID, producer ID and properties are any bytes (the broker
+// takes Go strings): JSON would turn bytes that are not UTF-8 into U+FFFD,
+// so they are also given exactly, in hex (id_hex, producer_id_hex, and
+// properties_hex when a property is not valid UTF-8).
 type dumpMsg struct {
-	Seq         uint64            `json:"seq"`
-	ID          string            `json:"id"`
-	ProducerID  string            `json:"producer_id"`
-	ProducerSeq uint64            `json:"producer_seq"`
-	Properties  map[string]string `json:"properties"` // {} when it has none
-	BodySize    int               `json:"body_size"`
-	Body        *string           `json:"body"`     // --values: the body if it is valid UTF-8, else null
-	BodyHex     *string           `json:"body_hex"` // --values: the body in hex
-	body        []byte            // --values: the body, for the human output
+	Seq           uint64            `json:"seq"`
+	ID            string            `json:"id"` // the ID if it is valid UTF-8, else ""
+	IDHex         string            `json:"id_hex"`
+	ProducerID    string            `json:"producer_id"` // if valid UTF-8, else ""
+	ProducerIDHex string            `json:"producer_id_hex"`
+	ProducerSeq   uint64            `json:"producer_seq"`
+	Properties    map[string]string `json:"properties"` // {} when it has none; the pairs valid UTF-8
+	// PropertiesHex: every property, key and value in hex, when one of
+	// them is not valid UTF-8 (and so missing from Properties); else null.
+	PropertiesHex map[string]string `json:"properties_hex"`
+	BodySize      int               `json:"body_size"`
+	Body          *string           `json:"body"`     // --values: the body if it is valid UTF-8, else null
+	BodyHex       *string           `json:"body_hex"` // --values: the body in hex
+	body          []byte            // --values: the body, for the human output
+	msg           *broker.Message   // the message (its Body nil), for the human output
 }
 
 type dumpOut struct {
@@ -195,8 +205,9 @@ func printDump(w io.Writer, out *dumpOut, hexKeys, values bool) {
 			fmt.Fprintf(w, "%s\t%d bytes\n", key, k.ValueSize)
 		}
 	}
-	for _, m := range out.Messages {
-		fmt.Fprintf(w, "%d\t%s\t%d bytes", m.Seq, esc(m.ID), m.BodySize)
+	for _, dm := range out.Messages {
+		m := dm.msg // the exact strings, escaped below
+		fmt.Fprintf(w, "%d\t%s\t%d bytes", m.Seq, esc(m.ID), dm.BodySize)
 		if m.ProducerID != "" {
 			fmt.Fprintf(w, "\tproducer %s/%d", esc(m.ProducerID), m.ProducerSeq)
 		}
@@ -209,7 +220,7 @@ func printDump(w io.Writer, out *dumpOut, hexKeys, values bool) {
 			fmt.Fprintf(w, "\t%s=%s", esc(k), esc(m.Properties[k]))
 		}
 		if values {
-			fmt.Fprintf(w, "\t%s", escBytes(m.body))
+			fmt.Fprintf(w, "\t%s", escBytes(dm.body))
 		}
 		fmt.Fprintln(w)
 	}
@@ -227,6 +238,15 @@ func printDump(w io.Writer, out *dumpOut, hexKeys, values bool) {
 
 // exactJSON returns b for the JSON output: as text if it is valid UTF-8
 // (else nil: JSON would replace the bad bytes), and in hex.
+// utf8Or returns s if it is valid UTF-8, else "" (its hex says what it
+// is).
+func utf8Or(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return ""
+}
+
 func exactJSON(b []byte) (text, hexed *string) {
 	h := hex.EncodeToString(b)
 	if utf8.Valid(b) {
@@ -316,15 +336,26 @@ func dumpDest(db *kdb.DB, out *dumpOut, from uint64, max int, values bool) error
 				out.NextSeq = m.Seq
 				return nil
 			}
-			dm := dumpMsg{Seq: m.Seq, ID: m.ID, ProducerID: m.ProducerID, ProducerSeq: m.ProducerSeq,
-				Properties: m.Properties, BodySize: len(m.Body)}
-			if dm.Properties == nil {
-				dm.Properties = map[string]string{}
+			dm := dumpMsg{Seq: m.Seq, ID: utf8Or(m.ID), IDHex: hex.EncodeToString([]byte(m.ID)),
+				ProducerID: utf8Or(m.ProducerID), ProducerIDHex: hex.EncodeToString([]byte(m.ProducerID)),
+				ProducerSeq: m.ProducerSeq, Properties: map[string]string{}, BodySize: len(m.Body), msg: &m}
+			for k, v := range m.Properties {
+				if utf8.ValidString(k) && utf8.ValidString(v) {
+					dm.Properties[k] = v
+					continue
+				}
+				if dm.PropertiesHex == nil {
+					dm.PropertiesHex = map[string]string{}
+					for k, v := range m.Properties {
+						dm.PropertiesHex[hex.EncodeToString([]byte(k))] = hex.EncodeToString([]byte(v))
+					}
+				}
 			}
 			if values {
 				dm.Body, dm.BodyHex = exactJSON(m.Body)
 				dm.body = m.Body
 			}
+			m.Body = nil // kept in dm.body with --values only
 			out.Messages = append(out.Messages, dm)
 			from = m.Seq + 1
 		}

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"github.com/kdb-project/kdb"
 	"github.com/kdb-project/kdb/broker"
@@ -163,8 +165,9 @@ func TestJSON_DumpHasEveryDocumentedField(t *testing.T) {
 	t.Parallel()
 	dir := dumpAmbiguousStore(t)
 	index := []string{"keys[].key", "keys[].key_hex", "keys[].value_size", "keys[].value", "keys[].value_hex", "next", "next_hex"}
-	dest := []string{"messages[].seq", "messages[].id", "messages[].producer_id", "messages[].producer_seq",
-		"messages[].properties", "messages[].body_size", "messages[].body", "messages[].body_hex", "next_seq"}
+	dest := []string{"messages[].seq", "messages[].id", "messages[].id_hex", "messages[].producer_id", "messages[].producer_id_hex",
+		"messages[].producer_seq", "messages[].properties", "messages[].properties_hex", "messages[].body_size", "messages[].body",
+		"messages[].body_hex", "next_seq"}
 	for _, c := range []struct {
 		args   []string
 		fields []string
@@ -241,5 +244,78 @@ func TestDump_JSONValuesAreExact(t *testing.T) {
 				t.Errorf("%q: %s[%d] has %s %#v, %s %#v; want %#v and %q", args, c.list, i, c.text, e[c.text], c.hex, e[c.hex], w.text, w.hex)
 			}
 		}
+	}
+}
+
+// TestDump_MessageBytesExact: a message's ID, producer ID and properties
+// are any bytes; dump --json gave those that are not UTF-8 as U+FFFD,
+// losing them. Now id and producer_id are "" for them and id_hex and
+// producer_id_hex give every one exactly; properties holds the pairs
+// that are valid UTF-8 and properties_hex, when one is not, all of them in
+// hex (null otherwise). The text output escapes the same bytes.
+func TestDump_MessageBytesExact(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db, err := kdb.Open(dir, &kdb.Options{SegmentSize: testSegmentSize})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []*broker.Message{
+		{ID: "plain", ProducerID: "p", ProducerSeq: 1, Properties: map[string]string{"k": "v"}},
+		{ID: "id\xfe", ProducerID: "p\xff", ProducerSeq: 2, Properties: map[string]string{"k": "v", "bad\xc3": "x", "ok": "\xff"}},
+	}
+	for _, m := range msgs {
+		if _, err := brokerOf(db).Send(broker.Queue, "q", m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	code, out := runJSON(t, "dump", "--json", "--queue", "q", dir)
+	if code != exitOK {
+		t.Fatalf("dump --json: exit %d: %v", code, out)
+	}
+	got := out["messages"].([]any)
+	if len(got) != 2 {
+		t.Fatalf("dump --json: %d messages, want 2", len(got))
+	}
+	hexOf := func(s string) string { return hex.EncodeToString([]byte(s)) }
+	for i, m := range msgs {
+		g := got[i].(map[string]any)
+		wantID, wantProd := m.ID, m.ProducerID
+		if !utf8.ValidString(wantID) {
+			wantID = ""
+		}
+		if !utf8.ValidString(wantProd) {
+			wantProd = ""
+		}
+		if g["id"] != wantID || g["id_hex"] != hexOf(m.ID) || g["producer_id"] != wantProd || g["producer_id_hex"] != hexOf(m.ProducerID) {
+			t.Errorf("message %d: id %q id_hex %v producer_id %q producer_id_hex %v; want %q %s %q %s",
+				i, g["id"], g["id_hex"], g["producer_id"], g["producer_id_hex"], wantID, hexOf(m.ID), wantProd, hexOf(m.ProducerID))
+		}
+		props := g["properties"].(map[string]any)
+		if i == 0 {
+			if g["properties_hex"] != nil || len(props) != 1 || props["k"] != "v" {
+				t.Errorf("message 0: properties %v, properties_hex %v; want {k: v} and null", props, g["properties_hex"])
+			}
+			continue
+		}
+		if len(props) != 1 || props["k"] != "v" {
+			t.Errorf("message 1: properties %v, want only the valid pair k=v", props)
+		}
+		ph, _ := g["properties_hex"].(map[string]any)
+		if len(ph) != len(m.Properties) {
+			t.Fatalf("message 1: properties_hex %v, want all %d properties", g["properties_hex"], len(m.Properties))
+		}
+		for k, v := range m.Properties {
+			if ph[hexOf(k)] != hexOf(v) {
+				t.Errorf("message 1: properties_hex[%s] = %v, want %s", hexOf(k), ph[hexOf(k)], hexOf(v))
+			}
+		}
+	}
+	code, text, errs := runTool(t, "dump", "--queue", "q", dir)
+	if code != exitOK || strings.Contains(text, "\ufffd") || !strings.Contains(text, `"id\xfe"`) || !strings.Contains(text, `"p\xff"/2`) || !strings.Contains(text, `"bad\xc3"=x`) {
+		t.Errorf("dump: exit %d, want the ID, producer and property escaped (\"id\\xfe\", \"p\\xff\"/2, \"bad\\xc3\"=x):\n%s%s", code, text, errs)
 	}
 }
