@@ -246,8 +246,9 @@ func (w *bwrite) dropIfExists(tree string) {
 // kdb.ErrInvalid, naming the transaction: commit or roll it back first (a
 // destination made again numbers its messages from 1 again, so the
 // prepared acks would remove the new one's messages). A
-// topic with more subscriptions than one batch deletes (a few thousand,
-// fewer with small segments) is deleted in several: the first purges it
+// topic with more subscriptions than one batch deletes
+// (kdb.DB.MaxBatchSize/512: 16,384 with the default 32 MiB segments, 32
+// with 64 KiB ones) is deleted in several: the first purges it
 // (its messages and everything pending), the next delete its
 // subscriptions, the last the topic; a crash in between leaves it purged
 // with fewer subscriptions, and a second call finishes it. Every batch
