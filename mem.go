@@ -591,7 +591,11 @@ func (v memView) step(tree string, key []byte, incl, fwd bool, lower uint64) (k 
 	if best == nil {
 		return nil, nil, false
 	}
-	return []byte(bestKey), best.val, true
+	// A copy whose capacity ends at its length (Iter.Key promises it:
+	// []byte(s) may round the capacity up to its size class).
+	k = make([]byte, len(bestKey))
+	copy(k, bestKey)
+	return k, best.val, true
 }
 
 // stepTable is step in one table: the node and its visible version.

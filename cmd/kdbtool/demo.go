@@ -82,11 +82,25 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 	if err := insideStore(dir, "name a directory outside it"); err != nil {
 		return fail("", err, refusalExit(err))
 	}
+	// Judged before anything is made, so that a refusal leaves nothing
+	// behind (not even the lock files below), and judged again under the
+	// lock.
+	removable := func() int {
+		for _, d := range []string{dir, scanDir} {
+			if err := demoRemovable(d); err != nil {
+				return fail("", err, exitUsage)
+			}
+		}
+		return -1
+	}
+	if code := removable(); code >= 0 {
+		return code
+	}
 	// The demo's own lock, held to its end: a second demo of the same DIR
 	// (or one whose DIR or DIR-scan is this one's) is refused at once,
-	// before it judges or removes anything. The store's lock cannot serve:
-	// the demo's child holds it, and between the child's death and the
-	// reopen nobody does.
+	// before it removes anything. The store's lock cannot serve: the
+	// demo's child holds it, and between the child's death and the reopen
+	// nobody does.
 	runLocks, err := lockDemoRun(dir, scanDir)
 	if err != nil {
 		return fail("", err, exitFor(err))
@@ -96,10 +110,8 @@ func runDemo(args []string, stdout, stderr io.Writer) int {
 			_ = lk.Close()
 		}
 	}()
-	for _, d := range []string{dir, scanDir} {
-		if err := demoRemovable(d); err != nil {
-			return fail("", err, exitUsage)
-		}
+	if code := removable(); code >= 0 {
+		return code
 	}
 	// Each directory is removed under its store's lock, the one kdb.Open
 	// takes: a store that a live process holds is refused (ErrLocked, exit
@@ -222,8 +234,9 @@ func demoDirArg(p string) (string, error) {
 	if d == string(filepath.Separator) {
 		return "", fmt.Errorf("DIR %s is the root directory: %s", p, hint)
 	}
-	if cwdOrParent(d) {
-		return "", fmt.Errorf("DIR %s is the current directory or one of its parents: %s", p, hint)
+	// DIR-scan too: the demo deletes it as well.
+	if cwdOrParent(d) || cwdOrParent(d+"-scan") {
+		return "", fmt.Errorf("DIR %s, or %s-scan beside it, is the current directory or one of its parents: %s", p, p, hint)
 	}
 	return d, nil
 }
@@ -596,8 +609,8 @@ const demoLockSuffix = ".demo.lock"
 // lockDemoRun takes the demo's own lock of each of dirs (DIR and DIR-scan),
 // exclusive, for the demo's whole run: a lock file beside each, created
 // (with the parent directory) if missing. A demo running on one of them
-// holds its lock: ErrLocked (exit 3) naming it, before anything is judged
-// or removed. On error no lock is held.
+// holds its lock: ErrLocked (exit 3) naming it, before anything is
+// removed. On error no lock is held.
 func lockDemoRun(dirs ...string) ([]vfs.Locker, error) {
 	var locks []vfs.Locker
 	release := func() {

@@ -103,7 +103,7 @@ func TestDemo_SecondDemoOfSameDirIsRefused(t *testing.T) {
 
 // TestDemo_HeldDemoLockIsRefused: a demo lock held by another process
 // (here this test's; the demo runs as a child) makes demo exit 3 with
-// ErrLocked naming it before it judges or removes anything: an earlier
+// ErrLocked naming it before it removes anything: an earlier
 // demo's DIR and DIR-scan are left as they were.
 func TestDemo_HeldDemoLockIsRefused(t *testing.T) {
 	t.Parallel()
@@ -127,4 +127,62 @@ func TestDemo_HeldDemoLockIsRefused(t *testing.T) {
 	}
 	requireUntouched(t, "demo", before, fileStates(t, dir))
 	requireUntouched(t, "demo", beforeScan, fileStates(t, dir+"-scan"))
+}
+
+// TestDemo_RefusalLeavesNothingAndScanDirIsChecked: a demo run from inside
+// DIR-scan (cd d-scan; kdbtool demo ../d) deleted the directory the shell
+// stood in, then failed (getwd) with the first demo's stores gone: DIR-scan
+// is now checked as DIR is, exit 2. And a demo refused for what DIR holds
+// (another program's file) left its lock files beside DIR: the directories
+// are judged before the lock is taken, so a refusal creates nothing.
+func TestDemo_RefusalLeavesNothingAndScanDirIsChecked(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	scan := filepath.Join(root, "d-scan")
+	docs := filepath.Join(root, "docs")
+	for _, d := range []string{scan, docs} {
+		if err := os.Mkdir(d, 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(docs, "letter.txt"), []byte("mine"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(cwd string, args ...string) (int, string) {
+		t.Helper()
+		cmd := exec.Command(os.Args[0], append([]string{"demo", "-size-mib", "1"}, args...)...)
+		cmd.Dir = cwd
+		cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1")
+		var errb strings.Builder
+		cmd.Stderr = &errb
+		err := cmd.Run()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), errb.String()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0, errb.String()
+	}
+	for _, dir := range []string{"../d", filepath.Join(root, "d")} {
+		if code, errs := run(scan, dir); code != exitUsage || !strings.Contains(errs, "-scan beside it, is the current directory") {
+			t.Errorf("demo %s from inside d-scan: exit %d, %q; want exit 2 naming DIR-scan", dir, code, errs)
+		}
+	}
+	if code, errs := run(root, docs); code != exitUsage || !strings.Contains(errs, "holds letter.txt, which is not a store's file") {
+		t.Errorf("demo of a directory of another program's files: exit %d, %q; want exit 2", code, errs)
+	}
+	ents, err := os.ReadDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if len(names) != 2 || names[0] != "d-scan" || names[1] != "docs" {
+		t.Errorf("after the refused demos %s holds %q, want only d-scan and docs", root, names)
+	}
+	if ents, err := os.ReadDir(scan); err != nil || len(ents) != 0 {
+		t.Errorf("d-scan after the refused demos: %d entries, %v; want it empty and there", len(ents), err)
+	}
 }
