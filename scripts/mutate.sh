@@ -520,6 +520,10 @@ m demo-scan-in-cwd cmd/kdbtool/demo.go 'if cwdOrParent(d) || cwdOrParent(d+"-sca
 m demo-judged-after-lock cmd/kdbtool/demo.go $'\tif code := removable(); code >= 0 {\n\t\treturn code\n\t}\n\t// The demo\'s own lock' $'\tif code := removable(); false && code >= 0 {\n\t\treturn code\n\t}\n\t// The demo\'s own lock' './cmd/kdbtool' "a demo refused for what DIR holds leaves its lock files beside DIR (and a parent it created)"
 m iter-key-cap-rounded mem.go $'\tk = make([]byte, len(bestKey))\n\tcopy(k, bestKey)' $'\tk = []byte(bestKey)' '.' "a key Iter returns from the mem tables has a capacity past its length (Iter's doc promises an append copies)"
 
+m redo-older-applied pagefile/open.go '	case h.id.Seq < meta.Seq:' '	case false && h.id.Seq < meta.Seq:' './pagefile .' "an older db.redo put back beside a newer db.data is applied: old page images over newer pages, the meta rolled back"
+m first-segment-not-needed recovery/recover.go $'\tif from.IsZero() {\n\t\tn.First = 1\n\t}' $'\tif false {\n\t\tn.First = 1\n\t}' './recovery .' "an empty db.data beside a journal (repair --rebuild-index) opens without db-1.log, rebuilt from db-2.log on: db-1.log's writes silently gone"
+m ackasync-refused-keeps-pending broker/ackasync.go $'\t\t\t\tfor _, s := range q.seqs {\n\t\t\t\t\tdelete(a.pending, ackKey{id, s})\n\t\t\t\t}' $'\t\t\t\tfor range q.seqs {\n\t\t\t\t}' './broker' "an AckAsync the engine refused leaves its messages marked as acked: every later AckAsync of them is ErrNotFound, the message redelivered forever"
+
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
