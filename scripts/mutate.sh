@@ -524,6 +524,13 @@ m redo-older-applied pagefile/open.go '	case h.id.Seq < meta.Seq:' '	case false 
 m first-segment-not-needed recovery/recover.go $'\tif from.IsZero() {\n\t\tn.First = 1\n\t}' $'\tif false {\n\t\tn.First = 1\n\t}' './recovery .' "an empty db.data beside a journal (repair --rebuild-index) opens without db-1.log, rebuilt from db-2.log on: db-1.log's writes silently gone"
 m ackasync-refused-keeps-pending broker/ackasync.go $'\t\t\t\tfor _, s := range q.seqs {\n\t\t\t\t\tdelete(a.pending, ackKey{id, s})\n\t\t\t\t}' $'\t\t\t\tfor range q.seqs {\n\t\t\t\t}' './broker' "an AckAsync the engine refused leaves its messages marked as acked: every later AckAsync of them is ErrNotFound, the message redelivered forever"
 
+m repair-last-segment-not-saved cmd/kdbtool/repair.go \
+  $'if lastSeg != "" {\n\t\t\tfiles = append(files, lastSeg)' $'if false {\n\t\t\tfiles = append(files, lastSeg)' \
+  './cmd/kdbtool' "repair --apply no longer saves the last journal segment as .broken before the Open that truncates its torn tail: the cut bytes are lost for good"
+m import-close-error-ignored export.go \
+  'if cerr := db.Close(); err == nil {' 'if cerr := db.Close(); false {' \
+  '.' "kdb.Import ignores the error of the final Close (its closing checkpoint or journal sync failed; under UnsafeSyncNever the only sync): it renames a store that was never made durable into place and returns nil"
+
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
