@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,27 +28,8 @@ func TestRepair_RemovesBrokenTmpLeftovers(t *testing.T) {
 	t.Parallel()
 	dir := makeStore(t, 300)
 	staleFree(t, dir)
-	cmd := exec.Command(os.Args[0], "repair", "--apply", dir)
-	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1", "KDBTOOL_TEST_PAUSE_SAVE=1")
-	pipe, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	sc := bufio.NewScanner(pipe)
-	paused := false
-	for !paused && sc.Scan() {
-		paused = strings.HasPrefix(sc.Text(), pausedSaving)
-	}
-	if err := cmd.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	if !paused {
-		t.Fatal("the repair never paused in a save")
-	}
+	// Killed while it copies db.data (the file it left shows it paused there).
+	signalWhenPaused(t, []string{"repair", "--apply", dir}, "KDBTOOL_TEST_PAUSE_SAVE=1", pausedSaving, os.Kill)
 	partial, err := os.Stat(filepath.Join(dir, "db.data.broken.tmp"))
 	if err != nil {
 		t.Fatalf("the killed repair left no db.data.broken.tmp: %v", err)
