@@ -20,6 +20,9 @@
 #      broker/), WITHOUT the race detector;
 #   2. if nothing failed, the crash campaigns scripts/test.sh runs at
 #      their default size (no -short), still without -race.
+# A mutation of a file in integrations/X (or bench/peers) is vetted and
+# tested in that module instead (its go.mod replaces kdb with the scratch
+# tree), without the root's campaigns, which do not import it.
 # A mutation is "caught" if either step fails; the table names the first
 # failing test. Each anchor is a literal string that must occur exactly
 # once in its file: a refactor that moves it makes the mutation report
@@ -32,11 +35,22 @@ trap 'rm -rf "$scratch"' EXIT
 (cd "$root" && git ls-files -z -co --exclude-standard | tar --null -T - -cf - 2>/dev/null) | tar -xf - -C "$scratch"
 
 # Each mutation: name, file, anchor, replacement, packages, what it breaks.
+# Packages are relative to the file's module: the root, or for a file in
+# integrations/X or bench/peers that module's directory.
 # Fields are separated by the ASCII unit separator; anchors and
 # replacements are literal (no regex), $'...' strings may hold \n and \t.
 US=$'\x1f'
 MUTATIONS=()
 m() { MUTATIONS+=("$1$US$2$US$3$US$4$US$5$US$6"); }
+# modof prints the module directory a file belongs to (packages of a
+# mutation in integrations/X or bench/peers are named relative to it).
+modof() {
+  case "$1" in
+    integrations/*/*) local d=${1#integrations/}; echo "integrations/${d%%/*}" ;;
+    bench/peers/*) echo bench/peers ;;
+    *) echo . ;;
+  esac
+}
 
 # ---- The commit path (commit.go) and the journal writer: keep these
 # ---- anchors up to date with commit.go and journal/writer.go).
@@ -531,6 +545,32 @@ m import-close-error-ignored export.go \
   'if cerr := db.Close(); err == nil {' 'if cerr := db.Close(); false {' \
   '.' "kdb.Import ignores the error of the final Close (its closing checkpoint or journal sync failed; under UnsafeSyncNever the only sync): it renames a store that was never made durable into place and returns nil"
 
+# ---- The integrations (their own modules; packages relative to the module).
+m raft-deleterange-whole-log-by-keys integrations/raft/store.go \
+  'if min <= s.first && max >= s.last {' 'if min < s.first && max >= s.last {' \
+  '.' "raft DeleteRange from FirstIndex to the end (as raft calls it) deletes key by key in several batches instead of one drop: a crash can leave a log with a hole"
+m raft-storelogs-first-not-lowered integrations/raft/store.go \
+  's.first, s.last = min(s.first, lo), max(s.last, hi)' 's.first, s.last = s.first+0, max(s.last, hi)' \
+  '.' "raft StoreLogs below the first entry leaves FirstIndex where it was: raft is told the log starts later than it does"
+m raft-stable-version-unchecked integrations/raft/store.go \
+  'if len(v) == 0 || v[0] != stableVersion {' 'if len(v) == 0 {' \
+  '.' "the raft stable store hands back a damaged record or one of another version as a value (a term or vote made of its bytes)"
+m raft-stable-uint64-size-unchecked integrations/raft/store.go \
+  $'if len(v) != 8 {' $'if len(v) < 8 {' \
+  '.' "the raft stable store's GetUint64 reads a longer, damaged value as a term or vote instead of ErrCorrupt"
+m mqtt-bad-subscription-loaded integrations/mqtt/records.go \
+  'if s.Client == "" || s.Filter == "" || s.Qos > 2 {' 'if s.Client == "" || s.Filter == "" {' \
+  '.' "the MQTT hook hands the server a stored subscription of QoS 3 (no such QoS) at a restart instead of skipping and counting it"
+m mqtt-client-under-wrong-key integrations/mqtt/hook.go \
+  'if !bytes.Equal(k, clientKey(c.ID)) {' 'if false {' \
+  '.' "the MQTT hook restores a session record stored under another client's key as that client's session"
+m mqtt-expiry-not-capped integrations/mqtt/records.go \
+  'if maxExpiry > 0 && expiry > maxExpiry {' 'if false {' \
+  '.' "the MQTT hook stores the session expiry the client asked for, not the one the server granted: a restart keeps a session longer than the server allows"
+m mqtt-key-part-bound integrations/mqtt/records.go \
+  'if len(s) <= max && (len(s) == 0 || s[0] != 1) {' 'if len(s) < max && (len(s) == 0 || s[0] != 1) {' \
+  '.' "the MQTT hook's record keys change for client IDs, filters and topics at their bound: a store written by one rule is not found by the other"
+
 campaign='TestDB_CrashCampaign|TestDB_ProcessCrashThenPowerLoss|TestKill_RandomMoments|TestErrSweep'
 want=("$@")
 rows=()
@@ -553,13 +593,18 @@ for entry in "${MUTATIONS[@]}"; do
   fi
   echo "== $name ($file)" >&2
   if [ -n "${MUTATE_DRY:-}" ]; then # only check that every anchor applies
-    (cd "$scratch" && go build ./... >/dev/null 2>&1) && caught=applies || caught="does not build"
+    mod=$(modof "$file")
+    (cd "$scratch/$mod" && go build ./... >/dev/null 2>&1) && caught=applies || caught="does not build"
     rows+=("$name$US$what$US-$US$caught")
     cp "$root/$file" "$scratch/$file"
     continue
   fi
   log="$scratch/.mutate-$name.log"
-  if ! (cd "$scratch" && go vet ./... ) >"$log" 2>&1; then
+  # A file of another module (integrations/X, bench/peers) is vetted and
+  # tested in that module, whose go.mod replaces kdb with this tree; the
+  # root's crash campaigns do not import it, so they are not run for it.
+  mod=$(modof "$file")
+  if ! (cd "$scratch/$mod" && go vet ./... ) >"$log" 2>&1; then
     rows+=("$name$US$what$US-${US}does not build")
     survivors=$((survivors + 1))
     cp "$root/$file" "$scratch/$file"
@@ -568,9 +613,9 @@ for entry in "${MUTATIONS[@]}"; do
   caught=no
   by=-
   # shellcheck disable=SC2086
-  if ! (cd "$scratch" && go test -short -failfast -count=1 -tags kdb_invariants -timeout 4m $pkgs) >"$log" 2>&1; then
+  if ! (cd "$scratch/$mod" && go test -short -failfast -count=1 -tags kdb_invariants -timeout 4m $pkgs) >"$log" 2>&1; then
     caught=yes
-  elif ! (cd "$scratch" && go test -failfast -count=1 -tags kdb_invariants -timeout 15m -run "$campaign" .) >>"$log" 2>&1; then
+  elif [ "$mod" = . ] && ! (cd "$scratch" && go test -failfast -count=1 -tags kdb_invariants -timeout 15m -run "$campaign" .) >>"$log" 2>&1; then
     caught=yes
   fi
   if [ $caught = yes ]; then
