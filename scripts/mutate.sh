@@ -558,6 +558,15 @@ m raft-stable-version-unchecked integrations/raft/store.go \
 m raft-stable-uint64-size-unchecked integrations/raft/store.go \
   $'if len(v) != 8 {' $'if len(v) < 8 {' \
   '.' "the raft stable store's GetUint64 reads a longer, damaged value as a term or vote instead of ErrCorrupt"
+m raft-deleterange-write-error-ignored integrations/raft/store.go \
+  $'\t\tif err := s.db.Write(b); err != nil {\n\t\t\tif lerr := s.loadBounds(); lerr != nil {' $'\t\tif err := s.db.Write(b); false && err != nil {\n\t\t\tif lerr := s.loadBounds(); lerr != nil {' \
+  '.' "raft DeleteRange of part of the log returns nil when a batch's write fails: raft takes a compaction or truncation that deleted nothing for done"
+m raft-get-overlong-key-invalid integrations/raft/store.go \
+  $'if len(key) > MaxStableKeySize {\n\t\treturn nil, ErrKeyNotFound' $'if len(key) > MaxStableKeySize+1 {\n\t\treturn nil, ErrKeyNotFound' \
+  '.' "the raft stable store's Get of a key one byte too long for Set is kdb's ErrInvalid, not ErrKeyNotFound: raft takes an unset key for a failure"
+m raft-codec-data-aliases-extensions integrations/raft/codec.go \
+  'return p[:n:n], p[n:], nil' 'return p[:n], p[n:], nil' \
+  '.' "a raft log's Data read back reaches into its Extensions' bytes: an FSM's append to Data overwrites Extensions"
 m mqtt-bad-subscription-loaded integrations/mqtt/records.go \
   'if s.Client == "" || s.Filter == "" || s.Qos > 2 {' 'if s.Client == "" || s.Filter == "" {' \
   '.' "the MQTT hook hands the server a stored subscription of QoS 3 (no such QoS) at a restart instead of skipping and counting it"

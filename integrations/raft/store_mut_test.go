@@ -230,3 +230,73 @@ func TestMut_LogKeyOfTheWrongLengthLast(t *testing.T) {
 		t.Fatalf("New over a log whose last key is 9 bytes: %v (first %d last %d), want ErrCorrupt", err, f, l)
 	}
 }
+
+// TestMut_DeleteRangeReportsAFailedWrite guards DeleteRange's check of each
+// batch's write (store.go, the batch loop's "s.db.Write(b)"): a DeleteRange
+// of part of the log (batches of deletions, not one drop) whose write fails
+// returns the error. Ignored, it returned the bounds reloaded from the
+// failed handle and nil, so raft took a compaction that deleted nothing for
+// done. (From an outside tester's mutation hunt, 2026-12-08.)
+func TestMut_DeleteRangeReportsAFailedWrite(t *testing.T) {
+	for n := int64(1); n <= 4; n++ {
+		var syncs atomic.Int64
+		var fail atomic.Bool
+		fs := vfs.Intercept(vfs.NewCrashableMem(), func(e vfs.Event) error {
+			if fail.Load() && e.Op == vfs.OpSync && syncs.Add(1) >= n {
+				return errors.New("injected fsync failure")
+			}
+			return nil
+		})
+		s := openMem(t, fs, &kdb.Options{SegmentSize: 64 << 10, CheckpointInterval: -1})
+		var logs []*raft.Log
+		for i := uint64(1); i <= 3000; i++ {
+			logs = append(logs, entry(i, 1, 10))
+		}
+		for len(logs) > 0 {
+			k := min(100, len(logs))
+			if err := s.StoreLogs(logs[:k]); err != nil {
+				t.Fatal(err)
+			}
+			logs = logs[k:]
+		}
+		fail.Store(true)
+		if err := s.DeleteRange(1, 2900); err == nil { // a prefix: batches, not a drop
+			t.Errorf("fsync %d from now fails: DeleteRange(1, 2900) returned nil", n)
+		}
+		s.Close()
+	}
+}
+
+// TestMut_GetOfAnOverlongStableKey guards Get's bound (store.go, "len(key) >
+// MaxStableKeySize"): a key longer than Set takes cannot have been set, and
+// Get says ErrKeyNotFound, which raft reads as "not set", not kdb's
+// ErrInvalid for a key it refuses, which raft would take for a failure.
+func TestMut_GetOfAnOverlongStableKey(t *testing.T) {
+	s := openMem(t, vfs.NewMem(), nil)
+	defer s.Close()
+	for _, n := range []int{MaxStableKeySize + 1, MaxStableKeySize + 2, kdb.MaxKeySize + 10} {
+		if _, err := s.Get(bytes.Repeat([]byte{'k'}, n)); !errors.Is(err, ErrKeyNotFound) {
+			t.Errorf("Get of a %d-byte key: %v, want ErrKeyNotFound", n, err)
+		}
+	}
+}
+
+// TestMut_DataDoesNotAliasExtensions guards the codec's field bound
+// (codec.go, "p[:n:n]"): a log's Data read back has no spare capacity that
+// reaches into the bytes of its Extensions, so an FSM appending to l.Data
+// cannot change l.Extensions.
+func TestMut_DataDoesNotAliasExtensions(t *testing.T) {
+	s := openMem(t, vfs.NewMem(), nil)
+	defer s.Close()
+	if err := s.StoreLog(&raft.Log{Index: 1, Term: 1, Data: []byte("data"), Extensions: []byte("ext")}); err != nil {
+		t.Fatal(err)
+	}
+	var l raft.Log
+	if err := s.GetLog(1, &l); err != nil {
+		t.Fatal(err)
+	}
+	_ = append(l.Data, "XXXXXXX"...)
+	if string(l.Extensions) != "ext" {
+		t.Fatalf("an append to Data changed Extensions to %q", l.Extensions)
+	}
+}
