@@ -52,7 +52,9 @@ const (
 //
 // Metrics: ms/checkpoint (wall time); cpu-ms/checkpoint (user+system CPU
 // time of the whole process during the checkpoint: the part that is not
-// waiting for the disk); dirty-pages (the pages the checkpoint took, from
+// waiting for the disk); major-faults/checkpoint (the process's page
+// faults that waited for the disk during the checkpoint: pages of db.data
+// read through the mapping one at a time); dirty-pages (the pages the checkpoint took, from
 // Stats.CheckpointPages); keys-overwritten (per checkpoint); pages-written
 // (the page images of the checkpoint's batch as read back from db.redo, the
 // meta slot excluded: the dirty pages plus the pages the checkpoint itself
@@ -105,6 +107,7 @@ func benchCheckpoint(b *testing.B, dir string, size int64, dirty int) {
 	var keysSum, pagesSum float64
 	var dirtySum, writtenSum float64
 	var spent, cpu time.Duration
+	var faults int64
 	// fill overwrites about as many keys as make dirty pages, and returns
 	// how many it overwrote.
 	fill := func() int {
@@ -138,7 +141,7 @@ func benchCheckpoint(b *testing.B, dir string, size int64, dirty int) {
 		b.StopTimer()
 		keysN := fill()
 		before := db.Stats().CheckpointPages
-		cpu0 := cpuTime(b)
+		cpu0, flt0 := cpuTime(b), majorFaults(b)
 		b.StartTimer()
 		start := time.Now()
 		if err := db.Checkpoint(); err != nil {
@@ -147,6 +150,7 @@ func benchCheckpoint(b *testing.B, dir string, size int64, dirty int) {
 		spent += time.Since(start)
 		b.StopTimer()
 		cpu += cpuTime(b) - cpu0
+		faults += majorFaults(b) - flt0
 		took := db.Stats().CheckpointPages - before
 		if took == 0 {
 			b.Fatalf("the checkpoint after %d overwrites took no page", keysN)
@@ -161,6 +165,7 @@ func benchCheckpoint(b *testing.B, dir string, size int64, dirty int) {
 	b.StopTimer() // not the deferred Close
 	b.ReportMetric(float64(spent.Microseconds())/1e3/float64(b.N), "ms/checkpoint")
 	b.ReportMetric(float64(cpu.Microseconds())/1e3/float64(b.N), "cpu-ms/checkpoint")
+	b.ReportMetric(float64(faults)/float64(b.N), "major-faults/checkpoint")
 	b.ReportMetric(dirtySum/float64(b.N), "dirty-pages")
 	b.ReportMetric(keysSum/float64(b.N), "keys-overwritten")
 	b.ReportMetric(writtenSum/float64(b.N), "pages-written")
@@ -173,6 +178,16 @@ func cpuTime(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// majorFaults returns the process's major page faults so far: reads of
+// the mapping that waited for the disk.
+func majorFaults(tb testing.TB) int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		tb.Fatal(err)
+	}
+	return ru.Majflt
 }
 
 // storeKeys returns the keys of index "data" in a store BuildStore built
