@@ -567,6 +567,12 @@ m raft-get-overlong-key-invalid integrations/raft/store.go \
 m raft-codec-data-aliases-extensions integrations/raft/codec.go \
   'return p[:n:n], p[n:], nil' 'return p[:n], p[n:], nil' \
   '.' "a raft log's Data read back reaches into its Extensions' bytes: an FSM's append to Data overwrites Extensions"
+m mqtt-pubrel-before-its-state-synced integrations/mqtt/hook.go \
+  'h.wait(cl, c, true, err)' '_ = err' \
+  '.' "the MQTT hook sends a PUBREL to a subscriber before its PUBREL state is synced: after a power loss the record is still PUBLISH and a QoS 2 message is delivered twice"
+m mqtt-session-expiry-flag-lost integrations/mqtt/records.go \
+  'SessionExpiryIntervalFlag: props.SessionExpiryIntervalFlag' 'SessionExpiryIntervalFlag: false' \
+  '.' "the MQTT hook stores sessions without their expiry flag: after a restart a short-expiry MQTT 5 session never expires and keeps collecting messages"
 m mqtt-bad-subscription-loaded integrations/mqtt/records.go \
   'if s.Client == "" || s.Filter == "" || s.Qos > 2 {' 'if s.Client == "" || s.Filter == "" {' \
   '.' "the MQTT hook hands the server a stored subscription of QoS 3 (no such QoS) at a restart instead of skipping and counting it"
