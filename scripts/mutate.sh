@@ -545,6 +545,27 @@ m import-close-error-ignored export.go \
   'if cerr := db.Close(); err == nil {' 'if cerr := db.Close(); false {' \
   '.' "kdb.Import ignores the error of the final Close (its closing checkpoint or journal sync failed; under UnsafeSyncNever the only sync): it renames a store that was never made durable into place and returns nil"
 
+# ---- From the second outside mutation hunt (2026-12-08): the mem tables,
+# ---- the index's transactions, Txn.
+m mem-frozen-drop-ignored mem.go \
+  'if d := v.st.frozen.dropAt(tree, v.s, lower); d > 0 {' 'if d := v.st.frozen.dropAt(tree, v.s, lower); false && d > 0 {' \
+  '.' "reads during a checkpoint's flush ignore a drop of the index in the frozen table: its dropped keys come back, and a Put of one counts as an overwrite (a wrong key count kept)"
+m mem-last-misses-ff-keys mem.go \
+  'n = t.seekLT(tree+"\x00", "", false)' 'n = t.seekLT(tree, "\xff", true)' \
+  '.' "Iter.Last and reverse scans skip the mem tables' keys that sort above 0xff (0xff-led binary keys): the highest key is missed"
+m txn-inplace-oversize-accepted txn.go \
+  '!tx.b.check(index, key) || n > MaxValueSize {' '!tx.b.check(index, key) {' \
+  '.' "a Txn.Put over MaxValueSize of a key the transaction put already returns nil instead of ErrInvalid"
+m index-view-hides-read-failure index/store.go \
+  $'\terr := fn(tx)\n\tif tx.err != nil {' $'\terr := fn(tx)\n\tif false && tx.err != nil {' \
+  './index' "an index View whose fn ignores a failed read (a damaged catalog page read as no such tree) returns nil"
+m index-pin-release-leaves-tx-open index/store.go \
+  $'\t\tonce.Do(func() {\n\t\t\ttx.closed = true' $'\t\tonce.Do(func() {\n\t\t\t_ = 0' \
+  './index' "a pinned index Tx still reads after its release, from pages that may be freed and reused"
+m index-view-leaves-tx-open index/store.go \
+  $'\tdefer func() {\n\t\ttx.closed = true\n\t\ts.mu.Lock()' $'\tdefer func() {\n\t\ts.mu.Lock()' \
+  './index' "an index View's Tx kept past the View still reads, from pages that may be freed and reused"
+
 # ---- The integrations (their own modules; packages relative to the module).
 m raft-deleterange-whole-log-by-keys integrations/raft/store.go \
   'if min <= s.first && max >= s.last {' 'if min < s.first && max >= s.last {' \
