@@ -450,12 +450,20 @@ type mem struct {
 func (m *mem) read() memView {
 	for {
 		st := m.state.Load()
+		if testHookMemRead != nil {
+			testHookMemRead()
+		}
 		s := m.seq.Load()
 		if m.state.Load() == st {
 			return memView{st: st, s: s}
 		}
 	}
 }
+
+// testHookMemRead, if set (by tests only), runs in read between its load
+// of the state and its load of S: a freeze and a publish there must not
+// pair the old state with the new S.
+var testHookMemRead func()
 
 func (m *mem) init() { m.state.Store(&memState{active: newMemTable()}) }
 
