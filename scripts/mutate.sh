@@ -569,6 +569,7 @@ m index-view-leaves-tx-open index/store.go \
 m mem-read-state-unchecked mem.go \
   $'\t\ts := m.seq.Load()\n\t\tif m.state.Load() == st {' $'\t\ts := m.seq.Load()\n\t\tif true {' \
   '.' "a View started during a freeze pairs the old mem-table state with a newer S: it misses writes acknowledged before it began"
+
 # ---- The integrations (their own modules; packages relative to the module).
 m raft-deleterange-whole-log-by-keys integrations/raft/store.go \
   'if min <= s.first && max >= s.last {' 'if min < s.first && max >= s.last {' \
