@@ -53,8 +53,9 @@ const (
 // Metrics: ms/checkpoint (wall time); cpu-ms/checkpoint (user+system CPU
 // time of the whole process during the checkpoint: the part that is not
 // waiting for the disk); major-faults/checkpoint (the process's page
-// faults that waited for the disk during the checkpoint: pages of db.data
-// read through the mapping one at a time); dirty-pages (the pages the checkpoint took, from
+// faults that waited for the disk during the checkpoint, reading db.data
+// through the mapping: each may read a whole read-around window, so it
+// counts waits, not pages); dirty-pages (the pages the checkpoint took, from
 // Stats.CheckpointPages); keys-overwritten (per checkpoint); pages-written
 // (the page images of the checkpoint's batch as read back from db.redo, the
 // meta slot excluded: the dirty pages plus the pages the checkpoint itself

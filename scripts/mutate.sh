@@ -293,7 +293,7 @@ m defer-queue-unbounded deferred.go \
   'full := len(q.fns) >= maxDeferred' 'full := false' \
   '.' "a loop of Defers with no other write queues without bound (the timer's flushes never catch up: hundreds of MiB in seconds)"
 m broker-defers-under-ack-lock broker/ackasync.go \
-  $'\ta.mu.Unlock()\n\t// Handed to the engine without a.mu' $'\tdefer a.mu.Unlock()\n\t// Handed to the engine without a.mu' \
+  $'\ta.mu.Unlock()\n\tdefer func() {\n\t\ta.mu.Lock()' $'\tdefer func() {\n\t\ta.mu.Unlock()\n\t\ta.mu.Lock()' \
   './broker' "AckAsync hands its ack to the engine holding the lock its done takes: the AckAsync that fills the engine's queue commits it and waits for itself"
 
 m done-calls-not-refused lifecycle.go \
