@@ -450,8 +450,8 @@ type mem struct {
 func (m *mem) read() memView {
 	for {
 		st := m.state.Load()
-		if testHookMemRead != nil {
-			testHookMemRead()
+		if h := testHookMemRead.Load(); h != nil {
+			(*h)()
 		}
 		s := m.seq.Load()
 		if m.state.Load() == st {
@@ -463,7 +463,9 @@ func (m *mem) read() memView {
 // testHookMemRead, if set (by tests only), runs in read between its load
 // of the state and its load of S: a freeze and a publish there must not
 // pair the old state with the new S.
-var testHookMemRead func()
+// Atomic: a View of a goroutine an earlier test left running may read it
+// while a test sets it.
+var testHookMemRead atomic.Pointer[func()]
 
 func (m *mem) init() { m.state.Store(&memState{active: newMemTable()}) }
 

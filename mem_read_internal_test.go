@@ -17,14 +17,15 @@ func TestMem_ReadPairsStateWithItsS(t *testing.T) {
 	old := m.state.Load()
 	next := &memState{active: newMemTable(), frozen: old.active, base: 5}
 	fired := false
-	testHookMemRead = func() {
+	hook := func() {
 		if !fired {
 			fired = true
 			m.state.Store(next) // the freeze
 			m.seq.Store(6)      // a group applied to next.active, published
 		}
 	}
-	defer func() { testHookMemRead = nil }()
+	testHookMemRead.Store(&hook)
+	defer testHookMemRead.Store(nil)
 	v := m.read()
 	if !fired {
 		t.Fatal("the hook did not run")
