@@ -212,20 +212,27 @@ func TestVerify_WrongValueIsReported(t *testing.T) {
 }
 
 // TestStress_FailedWritesAreNotExit0: stress whose writes fail (here the
-// file size limit, as a full disk: the checkpoints of its close cannot
-// write db.redo) says so and exits 3, never 0: a crash test whose store
-// could not take the writes must not pass.
+// file size limit, as a full disk: a checkpoint cannot write db.redo past
+// 1 MiB) says so and exits 3, never 0: a crash test whose store could not
+// take the writes must not pass. The limit leaves room for the store's
+// creation (Open's first checkpoint grows db.data to about 1 MiB): until
+// 2026-12-08 it was 100 KiB, so that the Open failed, and the test passed
+// without reaching the writes (a survivor of the full mutation run: stress
+// exiting 0 after failed writes went unnoticed).
 func TestStress_FailedWritesAreNotExit0(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "stress", "--count", "2000", "--size", "400", "--segment-size", "65536", dir)
-	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1", "KDBTOOL_TEST_FSIZE=102400")
+	cmd.Env = append(os.Environ(), "KDBTOOL_TEST_MAIN=1", "KDBTOOL_TEST_FSIZE=1228800")
 	var errb strings.Builder
 	cmd.Stderr = &errb
 	err := cmd.Run()
 	var ee *exec.ExitError
 	if !errors.As(err, &ee) || ee.ExitCode() != exitIO || !strings.Contains(errb.String(), "file too large") {
-		t.Fatalf("stress with files limited to 100 KiB: %v, stderr %q; want exit %d saying the file is too large", err, errb.String(), exitIO)
+		t.Fatalf("stress with files limited to 1200 KiB: %v, stderr %q; want exit %d saying the file is too large", err, errb.String(), exitIO)
+	}
+	if !strings.Contains(errb.String(), "acknowledged by") {
+		t.Fatalf("stress with files limited to 1200 KiB failed before it wrote (no summary): %q; the limit must leave room for the store's creation", errb.String())
 	}
 }
 
