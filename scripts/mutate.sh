@@ -363,9 +363,11 @@ m close-inside-view-waits db.go \
 m foreign-segment-replayed journal/format.go \
   'if h.store == ([16]byte{}) || want == ([16]byte{}) || h.store == want {' 'if true {' \
   '.' "a journal segment copied in from another store (its records verify with its own seed) is replayed as this store's: half the store's acknowledged keys gone, the other's in their place, check ok"
-m writable-open-over-newer-root pagefile/open.go \
-  '	if err != nil || h.checkpoint <= meta.Seq {' '	if err != nil || h.checkpoint <= meta.Seq || true {' \
-  '.' "a writable open under an older meta whose index root a lost checkpoint rewrote goes on with a tree the meta does not describe: its pages taken for free ones, leaked, or allocated over past the meta's page count"
+# (writable-open-over-newer-root, rootNotNewer's check in pagefile/open.go
+# switched off, was taken out on 2026-12-08: since 2f9da9c a writable open
+# also runs newerInUse, which refuses the same stores with the same error,
+# so the mutation changes nothing any test can see. rootNotNewer stays as a
+# second check.)
 m repair-applied-despite-unfixable cmd/kdbtool/repair.go \
   'if !apply || len(out.Unfixable) > 0 || len(out.Actions) == 0 {' 'if !apply || len(out.Actions) == 0 {' \
   './cmd/kdbtool' "repair --apply carries out its actions (saves and rewrites files) on a store whose other damage it cannot repair, and says so only afterwards"
