@@ -22,7 +22,9 @@
 #      their default size (no -short), still without -race.
 # A mutation of a file in integrations/X (or bench/peers) is vetted and
 # tested in that module instead (its go.mod replaces kdb with the scratch
-# tree), without the root's campaigns, which do not import it.
+# tree): step 2 is then that module's packages without -short (its own
+# crash and kill tests at full size), not the root's campaigns, which do
+# not import it.
 # A mutation is "caught" if either step fails; the table names the first
 # failing test. Each anchor is a literal string that must occur exactly
 # once in its file: a refactor that moves it makes the mutation report
@@ -658,6 +660,9 @@ for entry in "${MUTATIONS[@]}"; do
   if ! (cd "$scratch/$mod" && go test -short -failfast -count=1 -tags kdb_invariants -timeout 4m $pkgs) >"$log" 2>&1; then
     caught=yes
   elif [ "$mod" = . ] && ! (cd "$scratch" && go test -failfast -count=1 -tags kdb_invariants -timeout 15m -run "$campaign" .) >>"$log" 2>&1; then
+    caught=yes
+  elif [ "$mod" != . ] && ! (cd "$scratch/$mod" && go test -failfast -count=1 -tags kdb_invariants -timeout 15m $pkgs) >>"$log" 2>&1; then
+    # Another module's crash and kill tests at their full size.
     caught=yes
   fi
   if [ $caught = yes ]; then
