@@ -237,10 +237,13 @@ func countPending(t testing.TB, fs vfs.FS) int {
 }
 
 // slowSyncs makes every fsync of fs take 2 ms, as a disk's do.
-func slowSyncs(fs vfs.FS) vfs.FS {
+func slowSyncs(fs vfs.FS) vfs.FS { return syncsTaking(fs, 2*time.Millisecond) }
+
+// syncsTaking makes every fsync of fs take d.
+func syncsTaking(fs vfs.FS, d time.Duration) vfs.FS {
 	return vfs.Intercept(fs, func(e vfs.Event) error {
 		if e.Op == vfs.OpSync {
-			time.Sleep(2 * time.Millisecond)
+			time.Sleep(d)
 		}
 		return nil
 	})

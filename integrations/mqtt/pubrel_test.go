@@ -29,13 +29,7 @@ func TestPowerLoss_PubrelIsDurable(t *testing.T) {
 	fs := vfs.NewCrashableMem()
 	// fsyncs take 20 ms: a PUBREL that did not wait for its state's fsync
 	// is encoded well before that fsync is done, even on a loaded machine.
-	slow := vfs.Intercept(fs, func(e vfs.Event) error {
-		if e.Op == vfs.OpSync {
-			time.Sleep(20 * time.Millisecond)
-		}
-		return nil
-	})
-	b := startInProc(t, slow, "store")
+	b := startInProc(t, syncsTaking(fs, 20*time.Millisecond), "store")
 	spy := &pubrelImage{fs: fs, client: "rel-sub", got: make(chan pubrelShot, 1)}
 	if err := b.srv.AddHook(spy, nil); err != nil { // after the kdb hook
 		t.Fatal(err)
