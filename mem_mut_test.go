@@ -17,20 +17,13 @@ import (
 // built as flushMem's first step builds it (the active table frozen, a new
 // one taking the writes), without the flush itself, so it lasts.
 func TestMem_ActiveTableWinsOverFrozen(t *testing.T) {
-	db, err := Open("/db", &Options{FS: vfs.NewMem(), CheckpointInterval: -1, CheckpointBytes: 1 << 40,
-		CheckpointDirtyPages: 1 << 20, NoCheckpointOnClose: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := openFrozenTestDB(t)
 	for i := range 10 {
 		if err := db.Put("t", fmt.Appendf(nil, "k%d", i), []byte("old")); err != nil {
 			t.Fatal(err)
 		}
 	}
-	st := db.mem.lockActive()
-	db.mem.state.Store(&memState{active: newMemTable(), frozen: st.active, base: st.base})
-	st.active.mu.Unlock()
+	freezeActiveTable(db)
 	want := map[string]string{}
 	for i := range 10 {
 		want[fmt.Sprintf("k%d", i)] = "old"
@@ -56,7 +49,7 @@ func TestMem_ActiveTableWinsOverFrozen(t *testing.T) {
 		}
 	}
 	wantFwd := "k0=new k1=old k2=old k3=new k4=old k6=old k7=old k8=old k9=new"
-	err = db.View(func(s *Snapshot) error {
+	err := db.View(func(s *Snapshot) error {
 		var fwd, back []string
 		it := s.Iter("t")
 		for ok := it.First(); ok; ok = it.Next() {
